@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class EgressConfig(AppConfig):
+    name = "egress"
+    verbose_name = "Egress"

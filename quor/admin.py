@@ -1,0 +1,248 @@
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+from django.db.models import Count
+from django.utils import timezone
+
+from quor.models import ApiToken, Membership, ModelProvider, Organization, User
+
+
+class OrganizationAdminAccess:
+    """Superusers see everything; organization admins (staff) see and manage their
+    own organization's rows only."""
+
+    organization_field = "organization"
+
+    def _admin_membership(self, request):
+        membership = getattr(request.user, "membership", None)
+        if membership and membership.is_admin and membership.organization.is_active:
+            return membership
+        return None
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        if request.user.is_superuser:
+            return queryset
+        membership = self._admin_membership(request)
+        if membership is None:
+            return queryset.none()
+        return queryset.filter(**{self.organization_field: membership.organization})
+
+    def _allowed(self, request):
+        return (
+            request.user.is_active
+            and request.user.is_staff
+            and (request.user.is_superuser or self._admin_membership(request) is not None)
+        )
+
+    def has_module_permission(self, request):
+        return self._allowed(request)
+
+    def has_view_permission(self, request, obj=None):
+        return self._allowed(request)
+
+    def has_change_permission(self, request, obj=None):
+        return self._allowed(request)
+
+    def has_add_permission(self, request):
+        return self._allowed(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return self._allowed(request)
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Organization)
+class OrganizationAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug", "is_active", "sandbox_enabled", "member_count", "created_at"]
+    list_filter = ["is_active", "sandbox_enabled"]
+    search_fields = ["name", "slug"]
+    prepopulated_fields = {"slug": ["name"]}
+    inlines = [MembershipInline]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(member_count=Count("memberships"))
+
+    @admin.display(ordering="member_count", description="Members")
+    def member_count(self, obj):
+        return obj.member_count
+
+
+@admin.register(User)
+class UserAdmin(DjangoUserAdmin):
+    ordering = ["email"]
+    list_display = [
+        "email",
+        "full_name",
+        "organization",
+        "role",
+        "is_staff",
+        "is_active",
+        "last_login",
+    ]
+    list_filter = [
+        "is_staff",
+        "is_superuser",
+        "is_active",
+        "membership__organization",
+        "membership__role",
+    ]
+    search_fields = ["email", "full_name"]
+    list_select_related = ["membership__organization"]
+    fieldsets = (
+        (None, {"fields": ("email", "password")}),
+        ("Personal info", {"fields": ("full_name",)}),
+        (
+            "Permissions",
+            {"fields": ("is_active", "is_staff", "is_superuser", "groups", "user_permissions")},
+        ),
+        ("Important dates", {"fields": ("last_login", "date_joined")}),
+    )
+    add_fieldsets = ((None, {"classes": ("wide",), "fields": ("email", "password1", "password2")}),)
+
+    @admin.display(ordering="membership__organization__name")
+    def organization(self, obj):
+        membership = getattr(obj, "membership", None)
+        return membership.organization if membership else "—"
+
+    @admin.display(ordering="membership__role")
+    def role(self, obj):
+        membership = getattr(obj, "membership", None)
+        return membership.get_role_display() if membership else "—"
+
+
+@admin.register(Membership)
+class MembershipAdmin(OrganizationAdminAccess, admin.ModelAdmin):
+    list_display = ["user", "organization", "role", "can_use_sandbox", "created_at"]
+    list_filter = ["role", "can_use_sandbox", "organization"]
+    search_fields = ["user__email", "organization__name"]
+    list_select_related = ["user", "organization"]
+    autocomplete_fields = ["user"]
+
+    def has_add_permission(self, request):
+        return request.user.is_superuser
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+    def get_readonly_fields(self, request, obj=None):
+        return [] if request.user.is_superuser else ["user", "organization"]
+
+
+class ModelProviderForm(forms.ModelForm):
+    """The API key is write-only: the form never shows it, and an empty field keeps it."""
+
+    api_key = forms.CharField(
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Write-only. Leave empty to keep the stored key.",
+    )
+    base_url = forms.URLField(
+        required=False, assume_scheme="https", help_text="Leave empty for the official API."
+    )
+    model_names = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 4}),
+        help_text="One model name per line, e.g. claude-sonnet-4-5.",
+    )
+
+    class Meta:
+        model = ModelProvider
+        fields = [
+            "organization",
+            "kind",
+            "display_name",
+            "base_url",
+            "api_key",
+            "model_names",
+            "available_to_everyone",
+            "allowed_users",
+            "allowed_groups",
+        ]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.initial["api_key"] = ""
+        if self.instance.pk:
+            self.initial["model_names"] = "\n".join(self.instance.model_names)
+            if self.instance.has_api_key:
+                self.fields["api_key"].help_text = (
+                    "A key is stored. " + self.fields["api_key"].help_text
+                )
+
+    def clean_model_names(self):
+        names = [line.strip() for line in self.cleaned_data["model_names"].splitlines()]
+        names = [name for name in names if name]
+        if not names:
+            raise forms.ValidationError("Give at least one model name.")
+        return list(dict.fromkeys(names))
+
+    def clean_api_key(self):
+        new_key = self.cleaned_data.get("api_key")
+        if not new_key and self.instance.pk:
+            return ModelProvider.objects.get(pk=self.instance.pk).api_key
+        return new_key
+
+
+@admin.register(ModelProvider)
+class ModelProviderAdmin(OrganizationAdminAccess, admin.ModelAdmin):
+    form = ModelProviderForm
+    list_display = [
+        "display_name",
+        "kind",
+        "organization",
+        "key_set",
+        "models",
+        "available_to_everyone",
+        "updated_at",
+    ]
+    list_filter = ["kind", "available_to_everyone", "organization"]
+    search_fields = ["display_name", "organization__name", "organization__slug"]
+    list_select_related = ["organization"]
+    filter_horizontal = ["allowed_users", "allowed_groups"]
+
+    @admin.display(boolean=True, description="API key set")
+    def key_set(self, obj):
+        return obj.has_api_key
+
+    @admin.display(description="Models")
+    def models(self, obj):
+        return ", ".join(obj.model_names)
+
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        membership = self._admin_membership(request)
+        if not request.user.is_superuser and membership is not None:
+            organization_field = form.base_fields["organization"]
+            organization_field.queryset = Organization.objects.filter(pk=membership.organization_id)
+            organization_field.initial = membership.organization_id
+            form.base_fields["allowed_users"].queryset = User.objects.filter(
+                membership__organization=membership.organization
+            )
+        return form
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens are created by their owner (API or create_api_token) and shown once."""
+
+    list_display = ["name", "user", "prefix", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["revoked_at", "created_at"]
+    search_fields = ["name", "user__email", "prefix"]
+    list_select_related = ["user"]
+    fields = ["name", "user", "prefix", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = fields
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.action(description="Revoke selected tokens")
+    def revoke(self, request, queryset):
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)

@@ -1,0 +1,75 @@
+from rest_framework import serializers
+
+from quor.lib.serializers import StrictModelSerializer, StrictSerializer
+from quor.models import ApiToken, ModelProvider, User
+
+
+class MeSerializer(serializers.Serializer):
+    email = serializers.EmailField()
+    full_name = serializers.CharField()
+    organization = serializers.CharField(source="membership.organization.slug")
+    role = serializers.CharField(source="membership.role")
+    can_use_sandbox = serializers.BooleanField(source="membership.can_use_sandbox")
+
+
+class ModelProviderSerializer(StrictModelSerializer):
+    """api_key is write-only: responses say only whether one is set."""
+
+    api_key = serializers.CharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        trim_whitespace=True,
+        style={"input_type": "password"},
+    )
+    has_api_key = serializers.BooleanField(read_only=True)
+    effective_base_url = serializers.CharField(read_only=True)
+    model_names = serializers.ListField(child=serializers.CharField(max_length=200), max_length=200)
+    allowed_users = serializers.SlugRelatedField(
+        slug_field="email", many=True, required=False, queryset=User.objects.all()
+    )
+
+    class Meta:
+        model = ModelProvider
+        fields = [
+            "id",
+            "kind",
+            "display_name",
+            "base_url",
+            "effective_base_url",
+            "api_key",
+            "has_api_key",
+            "model_names",
+            "available_to_everyone",
+            "allowed_users",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "created_at", "updated_at"]
+
+
+class ModelSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    provider_id = serializers.IntegerField(source="provider.pk")
+    provider_kind = serializers.CharField(source="provider.kind")
+    provider_name = serializers.CharField(source="provider.display_name")
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+        read_only_fields = fields
+
+
+class ApiTokenCreateSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=100)
+
+
+class ApiTokenCreatedSerializer(ApiTokenSerializer):
+    token = serializers.CharField(read_only=True, help_text="Shown once; store it now.")
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]
+        read_only_fields = fields

@@ -1,0 +1,109 @@
+from drf_spectacular.utils import extend_schema
+from rest_framework import status, viewsets
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from quor import selectors, services
+from quor.api.serializers import (
+    ApiTokenCreatedSerializer,
+    ApiTokenCreateSerializer,
+    ApiTokenSerializer,
+    MeSerializer,
+    ModelProviderSerializer,
+    ModelSerializer,
+)
+from quor.lib.errors import NotFound
+from quor.lib.permissions import check_organization_admin, get_active_membership
+from quor.models import ModelProvider
+
+
+class MeView(APIView):
+    @extend_schema(responses=MeSerializer)
+    def get(self, request):
+        return Response(MeSerializer(request.user).data)
+
+
+def get_model_provider_for_admin(user, provider_id) -> ModelProvider:
+    """A provider of the admin's own organization; any other is 404."""
+    membership = check_organization_admin(user)
+    provider = ModelProvider.objects.filter(
+        organization=membership.organization, pk=provider_id
+    ).first()
+    if provider is None:
+        raise NotFound("No such model provider.")
+    return provider
+
+
+class ModelProviderViewSet(viewsets.ViewSet):
+    """Organization admins manage their organization's model providers."""
+
+    serializer_class = ModelProviderSerializer
+    lookup_value_regex = r"\d+"
+
+    def list(self, request):
+        membership = check_organization_admin(request.user)
+        providers = ModelProvider.objects.filter(organization=membership.organization)
+        return Response(ModelProviderSerializer(providers, many=True).data)
+
+    def retrieve(self, request, pk=None):
+        provider = get_model_provider_for_admin(request.user, pk)
+        return Response(ModelProviderSerializer(provider).data)
+
+    def create(self, request):
+        membership = check_organization_admin(request.user)
+        serializer = ModelProviderSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        provider = services.model_provider_create(
+            organization=membership.organization, **serializer.validated_data
+        )
+        return Response(ModelProviderSerializer(provider).data, status=status.HTTP_201_CREATED)
+
+    def partial_update(self, request, pk=None):
+        provider = get_model_provider_for_admin(request.user, pk)
+        serializer = ModelProviderSerializer(provider, data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        provider = services.model_provider_update(provider=provider, **serializer.validated_data)
+        return Response(ModelProviderSerializer(provider).data)
+
+    def destroy(self, request, pk=None):
+        provider = get_model_provider_for_admin(request.user, pk)
+        services.model_provider_delete(provider=provider)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ModelListView(APIView):
+    """The models the requesting member may choose for a session."""
+
+    @extend_schema(responses=ModelSerializer(many=True))
+    def get(self, request):
+        membership = get_active_membership(request.user)
+        choices = selectors.models_available_to(request.user, membership.organization)
+        return Response(ModelSerializer(choices, many=True).data)
+
+
+class ApiTokenViewSet(viewsets.ViewSet):
+    serializer_class = ApiTokenSerializer
+    lookup_value_regex = r"\d+"
+
+    def list(self, request):
+        return Response(ApiTokenSerializer(request.user.api_tokens.all(), many=True).data)
+
+    def retrieve(self, request, pk=None):
+        token = request.user.api_tokens.filter(pk=pk).first()
+        if token is None:
+            raise NotFound("No such token.")
+        return Response(ApiTokenSerializer(token).data)
+
+    @extend_schema(request=ApiTokenCreateSerializer, responses=ApiTokenCreatedSerializer)
+    def create(self, request):
+        serializer = ApiTokenCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        token, raw_token = services.api_token_create(
+            user=request.user, name=serializer.validated_data["name"]
+        )
+        token.token = raw_token
+        return Response(ApiTokenCreatedSerializer(token).data, status=status.HTTP_201_CREATED)
+
+    def destroy(self, request, pk=None):
+        services.api_token_revoke(user=request.user, token_id=int(pk))
+        return Response(status=status.HTTP_204_NO_CONTENT)

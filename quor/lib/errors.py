@@ -1,0 +1,102 @@
+"""One exception hierarchy for domain errors, and the one error format of the API.
+
+Every API error body is `{"error": {"code": ..., "message": ..., "fields": {...}}}`.
+Codes are stable and listed in docs/errors.md.
+"""
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions as drf_exceptions
+from rest_framework.response import Response
+
+
+class QuorError(Exception):
+    status = 400
+    code = "invalid_request"
+    default_message = "The request is not valid."
+
+    def __init__(self, message: str | None = None, *, code: str | None = None, fields=None):
+        self.message = message or self.default_message
+        if code:
+            self.code = code
+        self.fields = fields
+        super().__init__(self.message)
+
+
+class InvalidInput(QuorError):
+    status = 400
+    code = "invalid_input"
+
+
+class AccessDenied(QuorError):
+    status = 403
+    code = "access.denied"
+    default_message = "You do not have access to this."
+
+
+class NotFound(QuorError):
+    status = 404
+    code = "not_found"
+    default_message = "Not found."
+
+
+class Conflict(QuorError):
+    status = 409
+    code = "conflict"
+
+
+def error_body(code: str, message: str, fields=None) -> dict:
+    error = {"code": code, "message": message}
+    if fields:
+        error["fields"] = fields
+    return {"error": error}
+
+
+def error_response(status: int, code: str, message: str) -> JsonResponse:
+    """The API error format for responses made outside DRF (middleware, URL fallbacks)."""
+    return JsonResponse(error_body(code, message), status=status)
+
+
+_DRF_CODES = {
+    drf_exceptions.ParseError: "malformed_request",
+    drf_exceptions.NotAuthenticated: "not_authenticated",
+    drf_exceptions.AuthenticationFailed: "authentication_failed",
+    drf_exceptions.PermissionDenied: "access.denied",
+    drf_exceptions.NotFound: "not_found",
+    drf_exceptions.MethodNotAllowed: "method_not_allowed",
+    drf_exceptions.NotAcceptable: "not_acceptable",
+    drf_exceptions.UnsupportedMediaType: "unsupported_media_type",
+    drf_exceptions.Throttled: "throttled",
+}
+
+
+def _flatten(detail):
+    if isinstance(detail, list):
+        return [str(item) for item in detail]
+    if isinstance(detail, dict):
+        return {key: _flatten(value) for key, value in detail.items()}
+    return str(detail)
+
+
+def api_exception_handler(exc, context):
+    """DRF's exception handler: every error, ours or DRF's, in the one format."""
+    if isinstance(exc, QuorError):
+        return Response(error_body(exc.code, exc.message, exc.fields), status=exc.status)
+    if isinstance(exc, Http404):
+        exc = drf_exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = drf_exceptions.PermissionDenied()
+    if not isinstance(exc, drf_exceptions.APIException):
+        return None
+    headers = {}
+    if getattr(exc, "auth_header", None):
+        headers["WWW-Authenticate"] = exc.auth_header
+    if isinstance(exc, drf_exceptions.ValidationError):
+        fields = _flatten(exc.detail)
+        if isinstance(fields, list):
+            fields = {"non_field_errors": fields}
+        body = error_body("invalid_input", "Some fields are not valid.", fields)
+    else:
+        code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error")
+        body = error_body(code, str(exc.detail))
+    return Response(body, status=exc.status_code, headers=headers)

@@ -1,0 +1,161 @@
+"""Users, organizations (Quor workspaces), memberships, model providers and API tokens."""
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, BaseUserManager, Group, PermissionsMixin
+from django.db import models
+from django.utils import timezone
+
+from quor.lib.fields import encrypted
+
+
+class UserManager(BaseUserManager):
+    use_in_migrations = True
+
+    def create_user(self, email, password=None, **extra_fields):
+        if not email:
+            raise ValueError("A user needs an email address")
+        user = self.model(email=self.normalize_email(email).lower(), **extra_fields)
+        user.set_password(password)
+        user.save(using=self._db)
+        return user
+
+    def create_superuser(self, email, password=None, **extra_fields):
+        extra_fields.setdefault("is_staff", True)
+        extra_fields.setdefault("is_superuser", True)
+        return self.create_user(email, password, **extra_fields)
+
+
+class User(AbstractBaseUser, PermissionsMixin):
+    """A person who logs in with their email address."""
+
+    email = models.EmailField(unique=True)
+    full_name = models.CharField(max_length=200, blank=True)
+    is_staff = models.BooleanField(default=False, help_text="May log in to the admin site.")
+    is_active = models.BooleanField(default=True)
+    date_joined = models.DateTimeField(default=timezone.now)
+
+    objects = UserManager()
+
+    USERNAME_FIELD = "email"
+    EMAIL_FIELD = "email"
+    REQUIRED_FIELDS: list[str] = []
+
+    class Meta:
+        ordering = ["email"]
+
+    def __str__(self):
+        return self.email
+
+
+class Organization(models.Model):
+    """A Quor workspace. Everything a user does happens inside their organization."""
+
+    name = models.CharField(max_length=200)
+    slug = models.SlugField(unique=True)
+    is_active = models.BooleanField(
+        default=True, help_text="A disabled organization's members cannot use Quor."
+    )
+    sandbox_enabled = models.BooleanField(default=True)
+    workspace_instructions = models.TextField(
+        blank=True, help_text="Written into every session's agent instructions."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        ADMIN = "admin", "Admin"
+        MEMBER = "member", "Member"
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership"
+    )
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    can_use_sandbox = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["organization", "user__email"]
+
+    def __str__(self):
+        return f"{self.user} in {self.organization} ({self.role})"
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == self.Role.ADMIN
+
+
+class ModelProvider(models.Model):
+    """An organization's account with a model provider, and which members may use it."""
+
+    class Kind(models.TextChoices):
+        ANTHROPIC = "anthropic", "Anthropic"
+        OPENAI = "openai", "OpenAI"
+        OPENROUTER = "openrouter", "OpenRouter"
+
+    OFFICIAL_BASE_URLS = {
+        Kind.ANTHROPIC: "https://api.anthropic.com",
+        Kind.OPENAI: "https://api.openai.com/v1",
+        Kind.OPENROUTER: "https://openrouter.ai/api/v1",
+    }
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="model_providers"
+    )
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    display_name = models.CharField(max_length=200)
+    base_url = models.URLField(blank=True, help_text="Leave empty for the provider's official API.")
+    api_key = encrypted(models.TextField(blank=True))
+    model_names = models.JSONField(default=list, help_text="Model names members may choose.")
+    available_to_everyone = models.BooleanField(default=True)
+    allowed_users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="+")
+    allowed_groups = models.ManyToManyField(Group, blank=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["organization", "display_name"]
+
+    def __str__(self):
+        return self.display_name
+
+    @property
+    def effective_base_url(self) -> str:
+        return self.base_url or self.OFFICIAL_BASE_URLS[self.kind]
+
+    @property
+    def has_api_key(self) -> bool:
+        return bool(self.api_key)
+
+
+class ApiToken(models.Model):
+    """A personal API token. Only its SHA-256 is stored; the token is shown once."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, help_text="First characters, to recognise it.")
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None

@@ -1,0 +1,3 @@
+"""WebSocket routes of every app, gathered for the ASGI application."""
+
+websocket_urlpatterns: list = []

@@ -1,0 +1,198 @@
+"""Writes to organizations, members, model providers and API tokens.
+
+Every function takes keyword arguments, validates, and raises a QuorError that
+the API, admin and management commands all report the same way.
+"""
+
+import hashlib
+import secrets
+
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email, validate_slug
+from django.db import transaction
+from django.db.models import ProtectedError
+from django.utils import timezone
+
+from quor.lib.errors import Conflict, InvalidInput, NotFound
+from quor.models import ApiToken, Membership, ModelProvider, Organization, User
+
+API_TOKEN_PREFIX = "quor_pat_"  # noqa: S105  (a visible prefix, not a secret)
+
+
+def organization_create(*, slug: str, name: str) -> Organization:
+    try:
+        validate_slug(slug)
+    except ValidationError:
+        raise InvalidInput(
+            f"{slug!r} is not a valid slug (letters, digits, - and _).",
+            code="organizations.invalid_slug",
+        ) from None
+    if not name.strip():
+        raise InvalidInput("An organization needs a name.", code="organizations.invalid_name")
+    if Organization.objects.filter(slug=slug).exists():
+        raise Conflict(f"An organization {slug!r} already exists.", code="organizations.exists")
+    return Organization.objects.create(slug=slug, name=name.strip())
+
+
+def generate_password() -> str:
+    return secrets.token_urlsafe(15)
+
+
+@transaction.atomic
+def member_create(
+    *,
+    email: str,
+    organization: Organization,
+    role: str = Membership.Role.MEMBER,
+    can_use_sandbox: bool = True,
+    password: str | None = None,
+) -> User:
+    """A new user in the organization. Org admins may also log in to the admin site."""
+    email = email.strip().lower()
+    try:
+        validate_email(email)
+    except ValidationError:
+        raise InvalidInput(
+            f"{email!r} is not a valid email address.", code="members.invalid_email"
+        ) from None
+    if role not in Membership.Role.values:
+        raise InvalidInput(f"Unknown role {role!r}.", code="members.invalid_role")
+    if User.objects.filter(email=email).exists():
+        raise Conflict(f"A user {email} already exists.", code="members.exists")
+    if password is not None:
+        try:
+            validate_password(password)
+        except ValidationError as exc:
+            raise InvalidInput(" ".join(exc.messages), code="members.weak_password") from None
+    is_admin = role == Membership.Role.ADMIN
+    user = User.objects.create_user(email=email, password=password, is_staff=is_admin)
+    Membership.objects.create(
+        user=user, organization=organization, role=role, can_use_sandbox=can_use_sandbox
+    )
+    return user
+
+
+def _hash_token(raw_token: str) -> str:
+    return hashlib.sha256(raw_token.encode()).hexdigest()
+
+
+def api_token_create(*, user: User, name: str) -> tuple[ApiToken, str]:
+    """A new personal API token; the raw value is returned once and never stored."""
+    name = name.strip()
+    if not name:
+        raise InvalidInput("A token needs a name.", code="tokens.invalid_name")
+    raw_token = API_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(
+        user=user,
+        name=name,
+        prefix=raw_token[: len(API_TOKEN_PREFIX) + 6],
+        token_hash=_hash_token(raw_token),
+    )
+    return token, raw_token
+
+
+def api_token_revoke(*, user: User, token_id: int) -> ApiToken:
+    token = ApiToken.objects.filter(user=user, pk=token_id).first()
+    if token is None:
+        raise NotFound("No such token.")
+    ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    token.refresh_from_db()
+    return token
+
+
+def api_token_authenticate(*, raw_token: str) -> User | None:
+    """The active user owning this unrevoked token, or None.
+
+    The lookup is by SHA-256 of a 256-bit random token, so timing reveals nothing useful.
+    """
+    token = (
+        ApiToken.objects.select_related("user")
+        .filter(token_hash=_hash_token(raw_token), revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )
+    if token is None:
+        return None
+    now = timezone.now()
+    if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token.user
+
+
+def _clean_model_names(model_names) -> list[str]:
+    if not isinstance(model_names, list) or not all(
+        isinstance(name, str) and name.strip() for name in model_names
+    ):
+        raise InvalidInput(
+            "model_names must be a list of non-empty strings.",
+            code="model_providers.invalid_models",
+        )
+    return list(dict.fromkeys(name.strip() for name in model_names))
+
+
+@transaction.atomic
+def model_provider_create(
+    *,
+    organization: Organization,
+    kind: str,
+    display_name: str,
+    api_key: str = "",
+    base_url: str = "",
+    model_names: list[str] | None = None,
+    available_to_everyone: bool = True,
+    allowed_users=(),
+    allowed_groups=(),
+) -> ModelProvider:
+    if kind not in ModelProvider.Kind.values:
+        raise InvalidInput(f"Unknown provider kind {kind!r}.", code="model_providers.invalid_kind")
+    provider = ModelProvider.objects.create(
+        organization=organization,
+        kind=kind,
+        display_name=display_name,
+        api_key=api_key,
+        base_url=base_url,
+        model_names=_clean_model_names(model_names or []),
+        available_to_everyone=available_to_everyone,
+    )
+    _set_provider_audience(provider, organization, allowed_users, allowed_groups)
+    return provider
+
+
+@transaction.atomic
+def model_provider_update(*, provider: ModelProvider, **changes) -> ModelProvider:
+    """Changes the given fields. An empty or missing api_key keeps the stored key."""
+    allowed_users = changes.pop("allowed_users", None)
+    allowed_groups = changes.pop("allowed_groups", None)
+    if not changes.get("api_key"):
+        changes.pop("api_key", None)
+    if "model_names" in changes:
+        changes["model_names"] = _clean_model_names(changes["model_names"])
+    for field, value in changes.items():
+        setattr(provider, field, value)
+    provider.save()
+    _set_provider_audience(provider, provider.organization, allowed_users, allowed_groups)
+    return provider
+
+
+def _set_provider_audience(provider, organization, allowed_users, allowed_groups):
+    if allowed_users is not None:
+        user_ids = {user.pk for user in allowed_users}
+        members = Membership.objects.filter(user_id__in=user_ids, organization=organization)
+        if members.count() != len(user_ids):
+            raise InvalidInput(
+                "allowed_users may only name members of the organization.",
+                code="model_providers.invalid_audience",
+            )
+        provider.allowed_users.set(allowed_users)
+    if allowed_groups is not None:
+        provider.allowed_groups.set(allowed_groups)
+
+
+def model_provider_delete(*, provider: ModelProvider) -> None:
+    try:
+        provider.delete()
+    except ProtectedError:
+        raise Conflict(
+            "Sessions use this provider; remove its models or keep it.",
+            code="model_providers.in_use",
+        ) from None

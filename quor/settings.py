@@ -1,0 +1,186 @@
+"""The one settings module. Every setting comes from the environment, has a safe
+development default and a row in the README's configuration table."""
+
+from pathlib import Path
+
+import dj_database_url
+
+from quor.lib.env import env, envbool, envint, envlist
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+# Development mode: verbose errors, relaxed key requirements. `make dev` turns it on.
+DEBUG = envbool("QUOR_DEBUG", False)
+
+# Django's signing key (sessions, CSRF). Never used for stored credentials.
+SECRET_KEY = env("QUOR_SECRET_KEY", "django-insecure-development-only-secret-key-change-me")
+
+# Key for encrypted model fields (provider keys, App credentials). Kept apart from
+# SECRET_KEY so that rotating SECRET_KEY cannot destroy stored credentials.
+QUOR_ENCRYPTION_KEY = env("QUOR_ENCRYPTION_KEY", "")
+DEVELOPMENT_ENCRYPTION_KEY = "insecure-development-only-encryption-key"
+CRYPTOGRAPHY_KEY = QUOR_ENCRYPTION_KEY or DEVELOPMENT_ENCRYPTION_KEY
+
+# Static bearer tokens for operator and worker endpoints (>= 32 characters, distinct).
+QUOR_OPERATOR_TOKEN = env("QUOR_OPERATOR_TOKEN", "")
+QUOR_WORKER_TOKEN = env("QUOR_WORKER_TOKEN", "")
+
+# Host names this deployment answers to.
+ALLOWED_HOSTS = envlist("QUOR_ALLOWED_HOSTS", "127.0.0.1,localhost")
+# Origins allowed to POST forms (needed behind TLS-terminating proxies).
+CSRF_TRUSTED_ORIGINS = envlist("QUOR_CSRF_TRUSTED_ORIGINS", "")
+
+# PostgreSQL. Default: the local server on its Unix socket, database `quor`.
+DATABASES = {
+    "default": dj_database_url.parse(env("DATABASE_URL", "postgresql:///quor"), conn_max_age=60)
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Redis: Celery broker, Channels layer, locks and signalling.
+REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "django_celery_beat",
+    "quor.apps.QuorConfig",
+    "sandboxes.apps.SandboxesConfig",
+    "apps.apps.QuorAppsConfig",
+    "approvals.apps.ApprovalsConfig",
+    "webapps.apps.WebappsConfig",
+    "egress.apps.EgressConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "quor.lib.middleware.RequestSizeLimitMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "quor.urls"
+WSGI_APPLICATION = "quor.wsgi.application"
+ASGI_APPLICATION = "quor.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTH_USER_MODEL = "quor.User"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+# The web process serves static files straight from the apps (no collectstatic step).
+WHITENOISE_USE_FINDERS = True
+
+# HTTPS hardening. Production turns these on (see README, "Production").
+SESSION_COOKIE_SECURE = envbool("QUOR_SECURE_COOKIES", not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_SSL_REDIRECT = envbool("QUOR_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = envint("QUOR_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
+SECURE_HSTS_PRELOAD = envbool("QUOR_HSTS_PRELOAD", False)
+# Set when a TLS-terminating proxy in front sets X-Forwarded-Proto.
+if envbool("QUOR_BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+
+# Largest request body the API accepts, in bytes; larger bodies get 413.
+QUOR_MAX_REQUEST_BYTES = envint("QUOR_MAX_REQUEST_BYTES", 10 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = QUOR_MAX_REQUEST_BYTES
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "quor.lib.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["quor.lib.permissions.IsActiveMember"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "quor.lib.errors.api_exception_handler",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Quor Sandbox API",
+    "DESCRIPTION": "Sessions, sandboxes, models and tokens of Quor Sandbox.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+}
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL]},
+    }
+}
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_ROUTES = {"sandboxes.tasks.*": {"queue": "sandboxes"}}
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# Sandbox backend: `docker` (now) or `kubernetes` (later).
+QUOR_SANDBOX_BACKEND = env("QUOR_SANDBOX_BACKEND", "docker")
+# Name of this deployment; labels every runtime instance it creates.
+QUOR_DEPLOYMENT = env("QUOR_DEPLOYMENT", "dev")
+
+# Log level of Quor's own loggers.
+QUOR_LOG_LEVEL = env("QUOR_LOG_LEVEL", "INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {
+        name: {"level": QUOR_LOG_LEVEL}
+        for name in ("quor", "sandboxes", "apps", "approvals", "webapps", "egress")
+    },
+}

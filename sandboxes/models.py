@@ -1,0 +1,98 @@
+"""Per-user sandboxes, the sessions that run in them, and the sessions' events."""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class Sandbox(models.Model):
+    """One per user: the runtime instance (a container) where that user's sessions run."""
+
+    class State(models.TextChoices):
+        ABSENT = "absent", "Absent"
+        PROVISIONING = "provisioning", "Provisioning"
+        RUNNING = "running", "Running"
+        IDLE = "idle", "Idle"
+        STOPPING = "stopping", "Stopping"
+        STOPPED = "stopped", "Stopped"
+        FAILED = "failed", "Failed"
+
+    class NetworkPolicy(models.TextChoices):
+        DENY = "deny", "Deny (Quor API only)"
+        RESTRICTED = "restricted", "Restricted (providers, Apps, allowlist)"
+        OPEN = "open", "Open (any public destination)"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sandbox"
+    )
+    backend = models.CharField(max_length=20, default="docker")
+    runtime_id = models.CharField(max_length=200, blank=True, help_text="Container id.")
+    image_ref = models.CharField(max_length=200, blank=True, help_text="Image id it runs.")
+    state = models.CharField(max_length=20, choices=State.choices, default=State.ABSENT)
+    failure_reason = models.TextField(blank=True)
+    network_policy = models.CharField(
+        max_length=20, choices=NetworkPolicy.choices, default=NetworkPolicy.OPEN
+    )
+    last_activity_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+
+    def __str__(self):
+        return f"sandbox of {self.user}"
+
+
+class Session(models.Model):
+    """One conversation with the agent, with its own workspace directory in the sandbox."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        RUNNING = "running", "Running"
+        WAITING = "waiting", "Waiting for input"
+        FINISHED = "finished", "Finished"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sessions"
+    )
+    sandbox = models.ForeignKey(Sandbox, on_delete=models.PROTECT, related_name="sessions")
+    title = models.CharField(max_length=200, blank=True)
+    model_provider = models.ForeignKey(
+        "quor.ModelProvider", on_delete=models.PROTECT, related_name="sessions"
+    )
+    model_name = models.CharField(max_length=200)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return self.title or str(self.id)
+
+
+class AgentEvent(models.Model):
+    """Something that happened in a session; seq orders a session's events without gaps."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=50)
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["session", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq"], name="agent_event_seq_unique")
+        ]
+
+    def __str__(self):
+        return f"{self.session_id} #{self.seq} {self.kind}"

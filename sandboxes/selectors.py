@@ -1,0 +1,30 @@
+"""Reads of sandboxes and sessions, always for a given user."""
+
+import uuid
+
+from quor.lib.errors import NotFound
+from sandboxes.models import Sandbox, Session
+
+
+def sessions_of(user):
+    return Session.objects.filter(owner=user).select_related("model_provider")
+
+
+def get_session_for_user(user, session_id) -> Session:
+    """The user's own session; anyone else's, or a malformed id, is 404."""
+    try:
+        session_uuid = uuid.UUID(str(session_id))
+    except ValueError:
+        raise NotFound("No such session.") from None
+    session = sessions_of(user).filter(pk=session_uuid).first()
+    if session is None:
+        raise NotFound("No such session.")
+    return session
+
+
+def get_sandbox_for_user(user):
+    """The user's own sandbox; 404 when they have none yet."""
+    sandbox = Sandbox.objects.filter(user=user).first()
+    if sandbox is None:
+        raise NotFound("You have no sandbox yet.")
+    return sandbox

@@ -1,0 +1,53 @@
+"""Plain factory functions for test data, each with sensible defaults."""
+
+import itertools
+
+from quor import services
+from quor.models import Membership, ModelProvider, Organization
+from sandboxes.models import AgentEvent, Sandbox, Session
+
+_counter = itertools.count(1)
+
+PASSWORD = "correct-horse-battery-staple"
+
+
+def make_org(**fields) -> Organization:
+    number = next(_counter)
+    fields.setdefault("slug", f"org-{number}")
+    fields.setdefault("name", f"Organization {number}")
+    return Organization.objects.create(**fields)
+
+
+def make_user(organization=None, *, role=Membership.Role.MEMBER, can_use_sandbox=True, email=None):
+    organization = organization or make_org()
+    email = email or f"user{next(_counter)}@example.com"
+    return services.member_create(
+        email=email,
+        organization=organization,
+        role=role,
+        can_use_sandbox=can_use_sandbox,
+        password=PASSWORD,
+    )
+
+
+def make_provider(organization, **fields) -> ModelProvider:
+    fields.setdefault("kind", ModelProvider.Kind.ANTHROPIC)
+    fields.setdefault("display_name", f"Provider {next(_counter)}")
+    fields.setdefault("api_key", f"sk-test-secret-{next(_counter)}-do-not-leak")
+    fields.setdefault("model_names", ["claude-test"])
+    return services.model_provider_create(organization=organization, **fields)
+
+
+def make_sandbox(user, **fields) -> Sandbox:
+    return Sandbox.objects.create(user=user, **fields)
+
+
+def make_session(user, provider=None, **fields) -> Session:
+    provider = provider or make_provider(user.membership.organization)
+    sandbox = Sandbox.objects.filter(user=user).first() or make_sandbox(user)
+    fields.setdefault("model_name", provider.model_names[0])
+    return Session.objects.create(owner=user, sandbox=sandbox, model_provider=provider, **fields)
+
+
+def make_event(session, seq, kind="assistant_text", **payload) -> AgentEvent:
+    return AgentEvent.objects.create(session=session, seq=seq, kind=kind, payload=payload)

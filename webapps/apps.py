@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class WebappsConfig(AppConfig):
+    name = "webapps"
+    verbose_name = "Web apps"
