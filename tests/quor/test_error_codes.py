@@ -1,0 +1,31 @@
+"""Every stable error code that the code raises is documented in docs/errors.md."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE_DIRS = ["quor", "sandboxes", "apps", "approvals", "webapps", "egress"]
+CODE_PATTERNS = [
+    re.compile(r'\bcode\s*=\s*"([a-z_.]+)"'),
+    re.compile(r'error_response\(\s*\d+,\s*"([a-z_.]+)"'),
+    re.compile(r'^\s+drf_exceptions\.\w+: "([a-z_.]+)"', re.MULTILINE),
+]
+
+
+def codes_in_source() -> set[str]:
+    codes = set()
+    for directory in SOURCE_DIRS:
+        for path in (ROOT / directory).rglob("*.py"):
+            text = path.read_text()
+            for pattern in CODE_PATTERNS:
+                codes.update(pattern.findall(text))
+    return codes
+
+
+def test_every_error_code_in_the_source_is_documented():
+    documented = set(
+        re.findall(r"^\| `([a-z_.]+)` \|", (ROOT / "docs/errors.md").read_text(), re.MULTILINE)
+    )
+    found = codes_in_source()
+    assert len(found) > 20
+    assert found - documented == set()
