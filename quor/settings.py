@@ -170,6 +170,23 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 QUOR_SANDBOX_BACKEND = env("QUOR_SANDBOX_BACKEND", "docker")
 # Name of this deployment; labels every runtime instance it creates.
 QUOR_DEPLOYMENT = env("QUOR_DEPLOYMENT", "dev")
+# Image every sandbox runs (built locally by `make sandbox-image`).
+QUOR_SANDBOX_IMAGE = env("QUOR_SANDBOX_IMAGE", "quor-sandbox:latest")
+# Subnet of the dedicated sandbox bridge; its first address is the host (the proxy).
+QUOR_SANDBOX_SUBNET = env("QUOR_SANDBOX_SUBNET", "10.231.0.0/16")
+# Port of the egress proxy on the sandbox bridge's gateway address.
+QUOR_EGRESS_PROXY_PORT = envint("QUOR_EGRESS_PROXY_PORT", 8899)
+# Resource limits of each sandbox.
+QUOR_SANDBOX_CPUS = float(env("QUOR_SANDBOX_CPUS", "1.0"))
+QUOR_SANDBOX_MEMORY_MB = envint("QUOR_SANDBOX_MEMORY_MB", 2048)
+QUOR_SANDBOX_PIDS = envint("QUOR_SANDBOX_PIDS", 512)
+# Bytes of stdout and of stderr kept from one command; the rest is dropped and flagged.
+QUOR_EXEC_OUTPUT_LIMIT = envint("QUOR_EXEC_OUTPUT_LIMIT", 1024 * 1024)
+# Timeout of a command when none is given, and the largest one accepted, in seconds.
+QUOR_EXEC_DEFAULT_TIMEOUT = envint("QUOR_EXEC_DEFAULT_TIMEOUT", 120)
+QUOR_EXEC_MAX_TIMEOUT = envint("QUOR_EXEC_MAX_TIMEOUT", 3600)
+# Largest file upload into a workspace, in bytes (uploads are streamed, not buffered).
+QUOR_MAX_UPLOAD_BYTES = envint("QUOR_MAX_UPLOAD_BYTES", 100 * 1024 * 1024)
 
 # Log level of Quor's own loggers.
 QUOR_LOG_LEVEL = env("QUOR_LOG_LEVEL", "INFO")

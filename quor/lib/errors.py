@@ -15,10 +15,14 @@ class QuorError(Exception):
     code = "invalid_request"
     default_message = "The request is not valid."
 
-    def __init__(self, message: str | None = None, *, code: str | None = None, fields=None):
+    def __init__(
+        self, message: str | None = None, *, code: str | None = None, fields=None, status=None
+    ):
         self.message = message or self.default_message
         if code:
             self.code = code
+        if status:
+            self.status = status
         self.fields = fields
         super().__init__(self.message)
 

@@ -1,7 +1,20 @@
 from rest_framework import serializers
 
+from quor.lib.serializers import StrictSerializer
 from quor.selectors import make_model_id
 from sandboxes.models import Sandbox, Session
+
+# Asked-for workload options that a sandbox may never have, and the error each gets.
+REFUSED_SANDBOX_OPTIONS = {
+    "privileged": ("sandboxes.privileged_refused", "Privileged sandboxes are not allowed."),
+    "capabilities": ("sandboxes.capabilities_refused", "Extra capabilities are not allowed."),
+    "cap_add": ("sandboxes.capabilities_refused", "Extra capabilities are not allowed."),
+    "mounts": ("sandboxes.host_mounts_refused", "Host mounts are not allowed."),
+    "volumes": ("sandboxes.host_mounts_refused", "Host mounts are not allowed."),
+    "binds": ("sandboxes.host_mounts_refused", "Host mounts are not allowed."),
+    "network_mode": ("sandboxes.host_network_refused", "Host networking is not allowed."),
+    "host_network": ("sandboxes.host_network_refused", "Host networking is not allowed."),
+}
 
 
 class SessionSerializer(serializers.ModelSerializer):
@@ -28,3 +41,41 @@ class SandboxSerializer(serializers.ModelSerializer):
             "last_activity_at",
         ]
         read_only_fields = fields
+
+
+class SandboxRequestSerializer(StrictSerializer):
+    network_policy = serializers.ChoiceField(choices=Sandbox.NetworkPolicy.choices, required=False)
+
+
+class ExecRequestSerializer(StrictSerializer):
+    argv = serializers.ListField(
+        child=serializers.CharField(trim_whitespace=False, allow_blank=True), allow_empty=False
+    )
+    cwd = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    env = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False
+    )
+    timeout = serializers.FloatField(required=False, min_value=0.001)
+
+
+class ExecResultSerializer(serializers.Serializer):
+    exit_code = serializers.IntegerField()
+    stdout = serializers.SerializerMethodField()
+    stderr = serializers.SerializerMethodField()
+    stdout_truncated = serializers.BooleanField()
+    stderr_truncated = serializers.BooleanField()
+    timed_out = serializers.BooleanField()
+    duration_s = serializers.FloatField()
+
+    def get_stdout(self, result) -> str:
+        return result.stdout.decode(errors="replace")
+
+    def get_stderr(self, result) -> str:
+        return result.stderr.decode(errors="replace")
+
+
+class FileEntrySerializer(serializers.Serializer):
+    name = serializers.CharField()
+    type = serializers.CharField()
+    size = serializers.IntegerField()
+    modified = serializers.FloatField(help_text="Seconds since the epoch.")

@@ -8,5 +8,18 @@ router.register("sessions", views.SessionViewSet, basename="session")
 
 urlpatterns = [
     path("sandbox/", views.MySandboxView.as_view(), name="api-my-sandbox"),
+    path(
+        "sessions/<str:session_id>/exec/", views.SessionExecView.as_view(), name="api-session-exec"
+    ),
+    path(
+        "sessions/<str:session_id>/files/",
+        views.SessionFilesView.as_view(),
+        name="api-session-files",
+    ),
+    path(
+        "sessions/<str:session_id>/files/content",
+        views.SessionFileContentView.as_view(),
+        name="api-session-file-content",
+    ),
     *router.urls,
 ]

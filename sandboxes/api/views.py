@@ -1,13 +1,25 @@
+from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
-from rest_framework import viewsets
+from rest_framework import status, viewsets
+from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from sandboxes import selectors
-from sandboxes.api.serializers import SandboxSerializer, SessionSerializer
+from quor.lib.errors import InvalidInput, QuorError
+from sandboxes import selectors, services
+from sandboxes.api.serializers import (
+    REFUSED_SANDBOX_OPTIONS,
+    ExecRequestSerializer,
+    ExecResultSerializer,
+    FileEntrySerializer,
+    SandboxRequestSerializer,
+    SandboxSerializer,
+    SessionSerializer,
+)
 
 SESSION_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH)
+PATH = OpenApiParameter("path", OpenApiTypes.STR, OpenApiParameter.QUERY)
 
 
 @extend_schema_view(retrieve=extend_schema(parameters=[SESSION_ID]))
@@ -26,3 +38,105 @@ class MySandboxView(APIView):
     @extend_schema(responses=SandboxSerializer)
     def get(self, request):
         return Response(SandboxSerializer(selectors.get_sandbox_for_user(request.user)).data)
+
+    @extend_schema(request=SandboxRequestSerializer, responses={202: SandboxSerializer})
+    def post(self, request):
+        """Asks for the sandbox to be running; the work happens in the background."""
+        if isinstance(request.data, dict):
+            for option, (code, message) in REFUSED_SANDBOX_OPTIONS.items():
+                if option in request.data:
+                    raise InvalidInput(message, code=code)
+        serializer = SandboxRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        sandbox = services.sandbox_request(
+            user=request.user, network_policy=serializer.validated_data.get("network_policy")
+        )
+        return Response(SandboxSerializer(sandbox).data, status=status.HTTP_202_ACCEPTED)
+
+
+class SessionExecView(APIView):
+    @extend_schema(
+        parameters=[SESSION_ID], request=ExecRequestSerializer, responses=ExecResultSerializer
+    )
+    def post(self, request, session_id):
+        """Runs argv (never a shell string) in the session's workspace, as the sandbox user."""
+        session = selectors.get_session_for_user(request.user, session_id)
+        serializer = ExecRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        result = services.sandbox_exec(
+            user=request.user,
+            session=session,
+            argv=data["argv"],
+            cwd=data.get("cwd"),
+            env=data.get("env"),
+            timeout_s=data.get("timeout"),
+        )
+        return Response(ExecResultSerializer(result).data)
+
+
+class SessionFilesView(APIView):
+    @extend_schema(parameters=[SESSION_ID, PATH], responses=FileEntrySerializer(many=True))
+    def get(self, request, session_id):
+        session = selectors.get_session_for_user(request.user, session_id)
+        entries = services.session_files_list(
+            session=session, path=request.query_params.get("path", "")
+        )
+        return Response(FileEntrySerializer(entries, many=True).data)
+
+
+class RawBodyParser(BaseParser):
+    """Leaves the body unread so the view can stream it into the sandbox."""
+
+    media_type = "*/*"
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        return stream
+
+
+def _body_chunks(stream, size: int):
+    remaining = size
+    while remaining and (chunk := stream.read(min(remaining, 1 << 16))):
+        remaining -= len(chunk)
+        yield chunk
+
+
+class SessionFileContentView(APIView):
+    parser_classes = [RawBodyParser]
+
+    @extend_schema(
+        parameters=[SESSION_ID, PATH],
+        responses={(200, "application/octet-stream"): OpenApiTypes.BINARY},
+    )
+    def get(self, request, session_id):
+        """Streams the file; symlinks and paths outside the workspace are refused."""
+        session = selectors.get_session_for_user(request.user, session_id)
+        path = request.query_params.get("path", "")
+        info, chunks = services.session_file_open(session=session, path=path)
+        response = StreamingHttpResponse(chunks, content_type="application/octet-stream")
+        response["Content-Length"] = str(info["size"])
+        filename = info["name"].replace('"', "")
+        response["Content-Disposition"] = f'attachment; filename="{filename}"'
+        response["X-Content-Type-Options"] = "nosniff"
+        return response
+
+    @extend_schema(
+        parameters=[SESSION_ID, PATH],
+        request={"application/octet-stream": OpenApiTypes.BINARY},
+        responses={201: FileEntrySerializer},
+    )
+    def post(self, request, session_id):
+        """Uploads the raw request body as the file at `path` (replacing it)."""
+        session = selectors.get_session_for_user(request.user, session_id)
+        size = request.META.get("CONTENT_LENGTH")
+        if not size:
+            raise QuorError(
+                "Uploads need a Content-Length header.", code="files.length_required", status=411
+            )
+        result = services.session_file_write(
+            session=session,
+            path=request.query_params.get("path", ""),
+            chunks=_body_chunks(request.data, int(size)),
+            size=int(size),
+        )
+        return Response(result, status=status.HTTP_201_CREATED)

@@ -1,8 +1,104 @@
-"""The interface every sandbox backend implements."""
+"""The interface every sandbox backend implements, and the data it exchanges.
+
+Callers outside sandboxes/backends/ use only this module's types, never an SDK.
+"""
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+SANDBOX_UID = 1000
+WORKSPACE = "/workspace"
+SESSIONS_DIR = "/workspace/sessions"
+FS_HELPER = ["python3", "/opt/quor/quor_fs.py"]
 
 
-class BackendUnavailable(Exception):
+class BackendError(Exception):
+    """A backend operation failed; the message is safe to show to an operator."""
+
+
+class BackendUnavailable(BackendError):
     """The runtime (Docker Engine, the Kubernetes API) cannot be reached."""
+
+
+class RuntimeMissing(BackendError):
+    """The sandbox's runtime instance does not exist (or was removed behind our back)."""
+
+
+class UnsafeSandboxSpec(BackendError):
+    """A spec asks for something a sandbox may never have."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("Refused sandbox spec: " + "; ".join(problems))
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What a sandbox runtime instance should look like.
+
+    The last four fields exist so that every caller, internal or public, goes
+    through `validate_spec`: a sandbox is never privileged, never gets extra
+    capabilities, host paths or the host's network.
+    """
+
+    sandbox_id: str
+    image: str
+    cpus: float
+    memory_bytes: int
+    pids_limit: int
+    environment: dict[str, str] = field(default_factory=dict)
+    privileged: bool = False
+    extra_capabilities: tuple[str, ...] = ()
+    host_mounts: tuple[str, ...] = ()
+    host_network: bool = False
+
+
+def validate_spec(spec: SandboxSpec) -> None:
+    problems = []
+    if spec.privileged:
+        problems.append("privileged sandboxes are not allowed")
+    if spec.extra_capabilities:
+        problems.append(
+            f"extra capabilities are not allowed ({', '.join(spec.extra_capabilities)})"
+        )
+    if spec.host_mounts:
+        problems.append(f"host mounts are not allowed ({', '.join(spec.host_mounts)})")
+    if spec.host_network:
+        problems.append("host networking is not allowed")
+    if spec.cpus <= 0 or spec.memory_bytes <= 0 or spec.pids_limit <= 0:
+        problems.append("CPU, memory and pids limits must be positive")
+    if problems:
+        raise UnsafeSandboxSpec(problems)
+
+
+@dataclass(frozen=True)
+class RuntimeStatus:
+    exists: bool
+    running: bool = False
+    runtime_id: str = ""
+    image_ref: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class RuntimeInstance:
+    """A runtime instance carrying this deployment's labels."""
+
+    sandbox_id: str
+    runtime_id: str
+    running: bool
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool
+    stderr_truncated: bool
+    timed_out: bool
+    duration_s: float
 
 
 class SandboxBackend:
@@ -11,3 +107,100 @@ class SandboxBackend:
     def ping(self) -> None:
         """Raises BackendUnavailable when the runtime cannot be reached."""
         raise NotImplementedError
+
+    def ensure(self, spec: SandboxSpec) -> RuntimeStatus:
+        """Creates the runtime if missing, starts it if stopped, and returns once its
+        firewall is verified. Safe to call when it is already running."""
+        raise NotImplementedError
+
+    def stop(self, sandbox_id: str) -> None:
+        """Stops the runtime, keeping its workspace. No error if it is absent."""
+        raise NotImplementedError
+
+    def destroy(self, sandbox_id: str, *, remove_workspace: bool) -> None:
+        """Removes the runtime (and, when asked, its workspace). No error if absent."""
+        raise NotImplementedError
+
+    def status(self, sandbox_id: str) -> RuntimeStatus:
+        raise NotImplementedError
+
+    def list_instances(self) -> list[RuntimeInstance]:
+        raise NotImplementedError
+
+    def exec(
+        self,
+        sandbox_id: str,
+        argv: list[str],
+        *,
+        cwd: str,
+        env: dict[str, str],
+        timeout_s: float,
+        output_limit: int,
+        stdin: Iterable[bytes] | None = None,
+    ) -> ExecResult:
+        """Runs argv (no shell) as the sandbox user, bounded in time and output."""
+        raise NotImplementedError
+
+    def exec_stream(self, sandbox_id: str, argv: list[str], *, cwd: str) -> Iterator[bytes]:
+        """Runs argv as the sandbox user and yields its stdout as it comes.
+        Raises BackendError at the end if the command failed."""
+        raise NotImplementedError
+
+    def export_workspace(self, sandbox_id: str) -> Iterator[bytes]:
+        """The workspace as an uncompressed tar stream."""
+        raise NotImplementedError
+
+    def import_workspace(self, sandbox_id: str, tar_stream: Iterable[bytes]) -> None:
+        """Puts a tar stream made by export_workspace back into the workspace."""
+        raise NotImplementedError
+
+    # File operations: the same for every backend, built on exec. The helper runs as
+    # the sandbox user and refuses symlinks and '..' (deploy/sandbox/runtime/quor_fs.py).
+
+    def _fs(self, sandbox_id, operation, root, relpath, *extra, stdin=None, output_limit=1 << 20):
+        result = self.exec(
+            sandbox_id,
+            [*FS_HELPER, operation, root, relpath, *extra],
+            cwd=WORKSPACE,
+            env={},
+            timeout_s=120,
+            output_limit=output_limit,
+            stdin=stdin,
+        )
+        return parse_fs_answer(result)
+
+    def stat_path(self, sandbox_id: str, root: str, relpath: str) -> dict:
+        return self._fs(sandbox_id, "stat", root, relpath)
+
+    def list_files(self, sandbox_id: str, root: str, relpath: str) -> list[dict]:
+        return self._fs(sandbox_id, "list", root, relpath, output_limit=16 << 20)["entries"]
+
+    def write_file(
+        self, sandbox_id: str, root: str, relpath: str, chunks: Iterable[bytes], size: int
+    ) -> dict:
+        """Writes exactly `size` bytes; anything else leaves the old file in place."""
+        return self._fs(sandbox_id, "write", root, relpath, str(size), stdin=chunks)
+
+    def read_file(self, sandbox_id: str, root: str, relpath: str) -> Iterator[bytes]:
+        """Streams a regular file; call stat_path first to refuse bad paths cleanly."""
+        return self.exec_stream(sandbox_id, [*FS_HELPER, "read", root, relpath], cwd=WORKSPACE)
+
+
+class FileRefused(BackendError):
+    def __init__(self, code: str, message: str):
+        self.code = code
+        super().__init__(message)
+
+
+def parse_fs_answer(result: ExecResult) -> dict:
+
+    try:
+        answer = json.loads(result.stdout.decode() or "null")
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict) and "error" in answer:
+        raise FileRefused(answer["error"]["code"], answer["error"]["message"])
+    if result.exit_code != 0 or not isinstance(answer, dict):
+        stderr = result.stderr.decode(errors="replace")[-500:]
+        raise BackendError(f"file helper failed (exit {result.exit_code}): {stderr}")
+    return answer

@@ -1,25 +1,403 @@
-"""Sandboxes as Docker containers on a dedicated bridge network."""
+"""Sandboxes as Docker containers on a dedicated bridge network.
+
+One container per sandbox, labelled with the sandbox id and the deployment; the
+workspace on a named volume; no capabilities but the four the entrypoint needs to
+install its firewall and drop to the sandbox user (it drops them all before any
+user code runs); read-only root filesystem; no host paths, no Docker socket.
+"""
+
+import contextlib
+import ipaddress
+import socket
+import struct
+import time
+from collections.abc import Iterable, Iterator
 
 import docker
-from docker.errors import DockerException
+from django.conf import settings
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.types import Mount
 
-from sandboxes.backends.base import BackendUnavailable, SandboxBackend
+from sandboxes.backends.base import (
+    SANDBOX_UID,
+    WORKSPACE,
+    BackendError,
+    BackendUnavailable,
+    ExecResult,
+    RuntimeInstance,
+    RuntimeMissing,
+    RuntimeStatus,
+    SandboxBackend,
+    SandboxSpec,
+    validate_spec,
+)
+
+LABEL_SANDBOX = "org.quor.sandbox-id"
+LABEL_DEPLOYMENT = "org.quor.deployment"
+FIREWALL_CAPABILITIES = ["NET_ADMIN", "SETUID", "SETGID", "SETPCAP"]
+READY_MARKER = "/run/quor/firewall-ready"
+READY_TIMEOUT_S = 20
+USER = f"{SANDBOX_UID}:{SANDBOX_UID}"
+TIMEOUT_EXIT = 124
+KILLED_EXIT = 137
+
+
+def sandbox_network_gateway() -> str:
+    """The host's address on the sandbox bridge: where the egress proxy listens."""
+    return str(next(ipaddress.ip_network(settings.QUOR_SANDBOX_SUBNET).hosts()))
 
 
 class DockerBackend(SandboxBackend):
     name = "docker"
 
-    def __init__(self, timeout: float = 30):
-        self.timeout = timeout
-
-    def _client(self, timeout: float | None = None):
+    def __init__(self, timeout: float = 60):
         try:
-            return docker.from_env(timeout=timeout or self.timeout)
+            self.client = docker.from_env(timeout=timeout)
         except DockerException as exc:
             raise BackendUnavailable(f"Docker Engine is not reachable: {exc}") from exc
+        self.api = self.client.api
+        self.deployment = settings.QUOR_DEPLOYMENT
+
+    # --- names -------------------------------------------------------------------
+
+    def container_name(self, sandbox_id: str) -> str:
+        return f"quor-{self.deployment}-sandbox-{sandbox_id}"
+
+    def volume_name(self, sandbox_id: str) -> str:
+        return f"quor-{self.deployment}-workspace-{sandbox_id}"
+
+    @property
+    def network_name(self) -> str:
+        return f"quor-{self.deployment}-sandboxes"
+
+    def _labels(self, sandbox_id: str) -> dict[str, str]:
+        return {LABEL_SANDBOX: sandbox_id, LABEL_DEPLOYMENT: self.deployment}
+
+    # --- runtime -------------------------------------------------------------------
 
     def ping(self) -> None:
         try:
-            self._client(timeout=3).ping()
+            self.api.ping()
         except DockerException as exc:
             raise BackendUnavailable(f"Docker Engine is not reachable: {exc}") from exc
+
+    def ensure_network(self):
+        """The dedicated bridge: internal (no route out), no traffic between containers,
+        attached to nothing but sandboxes. The host keeps the gateway address."""
+        try:
+            return self.client.networks.get(self.network_name)
+        except NotFound:
+            pass
+        subnet = settings.QUOR_SANDBOX_SUBNET
+        ipam = docker.types.IPAMConfig(
+            pool_configs=[docker.types.IPAMPool(subnet=subnet, gateway=sandbox_network_gateway())]
+        )
+        try:
+            return self.client.networks.create(
+                self.network_name,
+                driver="bridge",
+                internal=True,
+                ipam=ipam,
+                labels={LABEL_DEPLOYMENT: self.deployment},
+                options={
+                    "com.docker.network.bridge.enable_icc": "false",
+                    "com.docker.network.bridge.enable_ip_masquerade": "false",
+                },
+                check_duplicate=True,
+            )
+        except APIError as exc:
+            if exc.status_code == 409:
+                return self.client.networks.get(self.network_name)
+            raise BackendError(
+                f"cannot create the sandbox network {self.network_name}: {exc}"
+            ) from exc
+
+    def _container(self, sandbox_id: str):
+        try:
+            return self.client.containers.get(self.container_name(sandbox_id))
+        except NotFound:
+            raise RuntimeMissing(f"no container for sandbox {sandbox_id}") from None
+        except DockerException as exc:
+            raise BackendUnavailable(f"Docker Engine is not reachable: {exc}") from exc
+
+    def _create_kwargs(self, spec: SandboxSpec) -> dict:
+        gateway = sandbox_network_gateway()
+        uid = SANDBOX_UID
+        proxy_url = f"http://{gateway}:{settings.QUOR_EGRESS_PROXY_PORT}"
+        environment = {
+            "QUOR_PROXY_HOST": gateway,
+            "QUOR_PROXY_PORT": str(settings.QUOR_EGRESS_PROXY_PORT),
+            "QUOR_CONTROL_PLANE_ADDR": gateway,
+            "HTTP_PROXY": proxy_url,
+            "HTTPS_PROXY": proxy_url,
+            "http_proxy": proxy_url,
+            "https_proxy": proxy_url,
+            "NO_PROXY": "localhost,127.0.0.1,::1",
+            "no_proxy": "localhost,127.0.0.1,::1",
+            "HOME": "/home/sandbox",
+            **spec.environment,
+        }
+        return {
+            "image": spec.image,
+            "name": self.container_name(spec.sandbox_id),
+            "hostname": "sandbox",
+            "labels": self._labels(spec.sandbox_id),
+            "environment": environment,
+            "detach": True,
+            "network": self.network_name,
+            "privileged": False,
+            "cap_drop": ["ALL"],
+            "cap_add": FIREWALL_CAPABILITIES,
+            "security_opt": ["no-new-privileges"],
+            "read_only": True,
+            "tmpfs": {
+                "/tmp": "rw,nosuid,nodev,size=1g,mode=1777",  # noqa: S108  (the sandbox's own)
+                "/run": "rw,nosuid,nodev,noexec,size=16m,mode=755",
+                "/home/sandbox": f"rw,nosuid,nodev,size=512m,uid={uid},gid={uid},mode=700",
+            },
+            "mounts": [
+                Mount(target=WORKSPACE, source=self.volume_name(spec.sandbox_id), type="volume")
+            ],
+            "sysctls": {
+                "net.ipv6.conf.all.disable_ipv6": "1",
+                "net.ipv6.conf.default.disable_ipv6": "1",
+            },
+            "nano_cpus": int(spec.cpus * 1e9),
+            "mem_limit": spec.memory_bytes,
+            "memswap_limit": spec.memory_bytes,
+            "pids_limit": spec.pids_limit,
+            "restart_policy": {"Name": "no"},
+        }
+
+    def ensure(self, spec: SandboxSpec) -> RuntimeStatus:
+        validate_spec(spec)
+        try:
+            self.ensure_network()
+            try:
+                container = self._container(spec.sandbox_id)
+            except RuntimeMissing:
+                self.client.volumes.create(
+                    self.volume_name(spec.sandbox_id), labels=self._labels(spec.sandbox_id)
+                )
+                try:
+                    container = self.client.containers.create(**self._create_kwargs(spec))
+                except ImageNotFound:
+                    raise BackendError(
+                        f"the sandbox image {spec.image} is missing: run `make sandbox-image`"
+                    ) from None
+                except APIError as exc:
+                    if exc.status_code != 409:  # 409: a concurrent create won; use it
+                        raise
+                    container = self._container(spec.sandbox_id)
+            if container.status != "running":
+                container.start()
+            self._wait_until_ready(container)
+            container.reload()
+        except (APIError, DockerException) as exc:
+            raise BackendError(f"Docker refused: {exc}") from exc
+        return self._status_of(container)
+
+    def _wait_until_ready(self, container) -> None:
+        """Returns once the entrypoint has verified the firewall; the container exits
+        without the marker if it could not."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            container.reload()
+            if container.status in ("exited", "dead"):
+                logs = container.logs(tail=20).decode(errors="replace").strip()
+                raise BackendError(f"the sandbox did not start: {logs or container.status}")
+            if container.status == "running":
+                probe = self._exec_raw(container.id, ["test", "-f", READY_MARKER], timeout_s=5)
+                if probe.exit_code == 0:
+                    return
+            time.sleep(0.05)
+        raise BackendError(f"the sandbox firewall was not ready after {READY_TIMEOUT_S} s")
+
+    def _status_of(self, container) -> RuntimeStatus:
+        return RuntimeStatus(
+            exists=True,
+            running=container.status == "running",
+            runtime_id=container.id,
+            image_ref=container.attrs["Image"],
+            detail=container.status,
+        )
+
+    def status(self, sandbox_id: str) -> RuntimeStatus:
+        try:
+            return self._status_of(self._container(sandbox_id))
+        except RuntimeMissing:
+            return RuntimeStatus(exists=False, detail="absent")
+
+    def stop(self, sandbox_id: str) -> None:
+        try:
+            self._container(sandbox_id).stop(timeout=5)
+        except RuntimeMissing:
+            return
+        except APIError as exc:
+            raise BackendError(f"Docker refused to stop the sandbox: {exc}") from exc
+
+    def destroy(self, sandbox_id: str, *, remove_workspace: bool) -> None:
+        try:
+            self._container(sandbox_id).remove(force=True)
+        except RuntimeMissing:
+            pass
+        except APIError as exc:
+            if exc.status_code != 404:
+                raise BackendError(f"Docker refused to remove the sandbox: {exc}") from exc
+        if remove_workspace:
+            with contextlib.suppress(NotFound):
+                self.client.volumes.get(self.volume_name(sandbox_id)).remove(force=True)
+
+    def list_instances(self) -> list[RuntimeInstance]:
+        containers = self.client.containers.list(
+            all=True, filters={"label": f"{LABEL_DEPLOYMENT}={self.deployment}"}
+        )
+        return [
+            RuntimeInstance(
+                sandbox_id=c.labels.get(LABEL_SANDBOX, ""),
+                runtime_id=c.id,
+                running=c.status == "running",
+            )
+            for c in containers
+        ]
+
+    # --- exec ------------------------------------------------------------------------
+
+    def exec(self, sandbox_id, argv, *, cwd, env, timeout_s, output_limit, stdin=None):
+        container = self._container(sandbox_id)
+        if container.status != "running":
+            raise RuntimeMissing(f"sandbox {sandbox_id} is not running")
+        return self._exec_raw(
+            container.id,
+            argv,
+            cwd=cwd,
+            env=env,
+            timeout_s=timeout_s,
+            output_limit=output_limit,
+            stdin=stdin,
+        )
+
+    def _exec_raw(
+        self,
+        container_id: str,
+        argv: list[str],
+        *,
+        cwd: str = WORKSPACE,
+        env: dict[str, str] | None = None,
+        timeout_s: float,
+        output_limit: int = 1 << 20,
+        stdin: Iterable[bytes] | None = None,
+    ) -> ExecResult:
+        # coreutils `timeout` signals the whole process group, so children die too.
+        wrapped = ["timeout", "--kill-after=2", f"{timeout_s:g}s", *argv]
+        started = time.monotonic()
+        exec_id, sock = self._start_exec(container_id, wrapped, cwd, env or {}, stdin is not None)
+        try:
+            if stdin is not None:
+                for chunk in stdin:
+                    sock.sendall(chunk)
+                sock.shutdown(socket.SHUT_WR)
+            sock.settimeout(timeout_s + 10)
+            buffers = {1: bytearray(), 2: bytearray()}
+            truncated = {1: False, 2: False}
+            for stream_id, data in _frames(sock):
+                buffer = buffers.get(stream_id)
+                if buffer is None:
+                    continue
+                room = output_limit - len(buffer)
+                if len(data) > room:
+                    truncated[stream_id] = True
+                buffer.extend(data[: max(room, 0)])
+        finally:
+            sock.close()
+        exit_code = self._exit_code(exec_id)
+        duration = time.monotonic() - started
+        return ExecResult(
+            exit_code=exit_code,
+            stdout=bytes(buffers[1]),
+            stderr=bytes(buffers[2]),
+            stdout_truncated=truncated[1],
+            stderr_truncated=truncated[2],
+            timed_out=exit_code in (TIMEOUT_EXIT, KILLED_EXIT) and duration >= timeout_s,
+            duration_s=duration,
+        )
+
+    def _start_exec(self, container_id, argv, cwd, env, with_stdin):
+        try:
+            exec_id = self.api.exec_create(
+                container_id,
+                argv,
+                stdout=True,
+                stderr=True,
+                stdin=with_stdin,
+                user=USER,
+                workdir=cwd,
+                environment=env,
+            )["Id"]
+            response_socket = self.api.exec_start(exec_id, socket=True)
+        except NotFound:
+            raise RuntimeMissing(f"container {container_id} is gone") from None
+        except APIError as exc:
+            raise BackendError(f"Docker refused the command: {exc}") from exc
+        return exec_id, response_socket._sock
+
+    def _exit_code(self, exec_id: str) -> int:
+        for _ in range(100):
+            info = self.api.exec_inspect(exec_id)
+            if not info["Running"] and info["ExitCode"] is not None:
+                return info["ExitCode"]
+            time.sleep(0.01)
+        raise BackendError("the command's exit code never became available")
+
+    def exec_stream(self, sandbox_id, argv, *, cwd) -> Iterator[bytes]:
+        container = self._container(sandbox_id)
+        exec_id, sock = self._start_exec(container.id, argv, cwd, {}, False)
+        stderr = bytearray()
+        try:
+            sock.settimeout(300)
+            for stream_id, data in _frames(sock):
+                if stream_id == 1:
+                    yield data
+                elif len(stderr) < 4096:
+                    stderr.extend(data)
+        finally:
+            sock.close()
+        exit_code = self._exit_code(exec_id)
+        if exit_code != 0:
+            raise BackendError(
+                f"command failed (exit {exit_code}): {stderr.decode(errors='replace')}"
+            )
+
+    # --- workspace streams (snapshots) -------------------------------------------------
+
+    def export_workspace(self, sandbox_id: str) -> Iterator[bytes]:
+        stream, _ = self._container(sandbox_id).get_archive(WORKSPACE, chunk_size=1 << 20)
+        return stream
+
+    def import_workspace(self, sandbox_id: str, tar_stream: Iterable[bytes]) -> None:
+        if not self._container(sandbox_id).put_archive("/", tar_stream):
+            raise BackendError("Docker refused the workspace archive")
+
+
+def _frames(sock) -> Iterator[tuple[int, bytes]]:
+    """Docker's multiplexed exec stream: 8-byte header (stream id, size), then data."""
+    while True:
+        header = _read_exactly(sock, 8)
+        if header is None:
+            return
+        stream_id, size = struct.unpack(">BxxxL", header)
+        data = _read_exactly(sock, size)
+        if data is None:
+            return
+        yield stream_id, data
+
+
+def _read_exactly(sock, size: int) -> bytes | None:
+    chunks = []
+    while size:
+        chunk = sock.recv(min(size, 1 << 16))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,355 @@
+"""Sandbox lifecycle, commands and files. Every entry point (API, tasks, commands)
+calls these functions.
+
+Each state change is written to PostgreSQL before its side effect, and work on one
+sandbox is serialised by a PostgreSQL advisory lock: two requests at the same moment
+produce one container, and a crashed worker releases the lock with its connection.
+"""
+
+import posixpath
+import re
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from quor.lib.errors import InvalidInput, QuorError
+from quor.lib.permissions import check_sandbox_access
+from sandboxes.backends import get_backend
+from sandboxes.backends.base import (
+    SESSIONS_DIR,
+    WORKSPACE,
+    BackendError,
+    ExecResult,
+    FileRefused,
+    RuntimeMissing,
+    SandboxSpec,
+)
+from sandboxes.models import Sandbox, Session
+
+
+class SandboxUnavailable(QuorError):
+    status = 503
+    code = "sandboxes.unavailable"
+    default_message = "The sandbox could not be started."
+
+
+# --- lifecycle ---------------------------------------------------------------------
+
+
+@contextmanager
+def sandbox_lock(sandbox_id):
+    """Serialises lifecycle work on one sandbox across processes."""
+    key = f"quor-sandbox:{sandbox_id}"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(hashtext(%s))", [key])
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [key])
+
+
+def _set_state(sandbox: Sandbox, state: str, **fields) -> None:
+    Sandbox.objects.filter(pk=sandbox.pk).update(state=state, updated_at=timezone.now(), **fields)
+    sandbox.refresh_from_db()
+
+
+def sandbox_spec_for(sandbox: Sandbox) -> SandboxSpec:
+    return SandboxSpec(
+        sandbox_id=str(sandbox.pk),
+        image=settings.QUOR_SANDBOX_IMAGE,
+        cpus=settings.QUOR_SANDBOX_CPUS,
+        memory_bytes=settings.QUOR_SANDBOX_MEMORY_MB * 1024 * 1024,
+        pids_limit=settings.QUOR_SANDBOX_PIDS,
+    )
+
+
+def get_or_create_sandbox(*, user) -> Sandbox:
+    try:
+        with transaction.atomic():
+            sandbox, _ = Sandbox.objects.get_or_create(
+                user=user, defaults={"backend": settings.QUOR_SANDBOX_BACKEND}
+            )
+    except IntegrityError:  # created by a concurrent request
+        sandbox = Sandbox.objects.get(user=user)
+    return sandbox
+
+
+def sandbox_request(*, user, network_policy: str | None = None) -> Sandbox:
+    """Records that the user wants their sandbox running and enqueues the work."""
+    from sandboxes import tasks
+
+    check_sandbox_access(user)
+    sandbox = get_or_create_sandbox(user=user)
+    if network_policy and network_policy != sandbox.network_policy:
+        Sandbox.objects.filter(pk=sandbox.pk).update(network_policy=network_policy)
+        sandbox.refresh_from_db()
+    transaction.on_commit(lambda: tasks.ensure_sandbox.delay(str(sandbox.pk)))
+    return sandbox
+
+
+def sandbox_ensure(*, user) -> Sandbox:
+    """The user's sandbox, running, created or re-created if needed. Idempotent."""
+    check_sandbox_access(user)
+    sandbox = get_or_create_sandbox(user=user)
+    return sandbox_ensure_running(sandbox)
+
+
+def sandbox_ensure_running(sandbox: Sandbox) -> Sandbox:
+    with sandbox_lock(sandbox.pk):
+        sandbox.refresh_from_db()
+        backend = get_backend(sandbox.backend)
+        if sandbox.state in (Sandbox.State.RUNNING, Sandbox.State.IDLE):
+            status = backend.status(str(sandbox.pk))
+            if status.running:
+                _set_state(sandbox, Sandbox.State.RUNNING, last_activity_at=timezone.now())
+                return sandbox
+        _set_state(sandbox, Sandbox.State.PROVISIONING, failure_reason="")
+        try:
+            status = backend.ensure(sandbox_spec_for(sandbox))
+        except BackendError as exc:
+            _set_state(sandbox, Sandbox.State.FAILED, failure_reason=str(exc))
+            raise SandboxUnavailable(f"The sandbox could not be started: {exc}") from exc
+        _set_state(
+            sandbox,
+            Sandbox.State.RUNNING,
+            runtime_id=status.runtime_id,
+            image_ref=status.image_ref,
+            last_activity_at=timezone.now(),
+        )
+    return sandbox
+
+
+def sandbox_refresh_state(sandbox: Sandbox) -> Sandbox:
+    """Notices a runtime that disappeared behind Quor's back instead of trusting the row."""
+    with sandbox_lock(sandbox.pk):
+        sandbox.refresh_from_db()
+        if sandbox.state in (Sandbox.State.RUNNING, Sandbox.State.IDLE):
+            status = get_backend(sandbox.backend).status(str(sandbox.pk))
+            if not status.running:
+                _set_state(
+                    sandbox,
+                    Sandbox.State.STOPPED if status.exists else Sandbox.State.ABSENT,
+                    failure_reason=f"The runtime was found {status.detail}, not running.",
+                )
+    return sandbox
+
+
+def sandbox_stop(*, sandbox: Sandbox) -> Sandbox:
+    with sandbox_lock(sandbox.pk):
+        sandbox.refresh_from_db()
+        if sandbox.state in (Sandbox.State.ABSENT, Sandbox.State.STOPPED):
+            return sandbox
+        _set_state(sandbox, Sandbox.State.STOPPING)
+        get_backend(sandbox.backend).stop(str(sandbox.pk))
+        _set_state(sandbox, Sandbox.State.STOPPED)
+    return sandbox
+
+
+def sandbox_destroy(*, sandbox: Sandbox, remove_workspace: bool = True) -> Sandbox:
+    """Removes the runtime (and the workspace, by default). The row stays, absent,
+    so that its sessions keep their history."""
+    with sandbox_lock(sandbox.pk):
+        _set_state(sandbox, Sandbox.State.STOPPING)
+        get_backend(sandbox.backend).destroy(str(sandbox.pk), remove_workspace=remove_workspace)
+        _set_state(sandbox, Sandbox.State.ABSENT, runtime_id="", failure_reason="")
+    return sandbox
+
+
+# --- sessions' workspaces ------------------------------------------------------------
+
+
+def session_workspace(session: Session) -> str:
+    return f"{SESSIONS_DIR}/{session.pk}"
+
+
+def session_workspace_ensure(*, session: Session) -> str:
+    """Creates the session's directory, owned by the sandbox user, private to it."""
+    sandbox = sandbox_ensure_running(session.sandbox)
+    path = session_workspace(session)
+    result = get_backend(sandbox.backend).exec(
+        str(sandbox.pk),
+        ["mkdir", "-p", "-m", "700", path],
+        cwd=WORKSPACE,
+        env={},
+        timeout_s=30,
+        output_limit=4096,
+    )
+    if result.exit_code != 0:
+        raise SandboxUnavailable(
+            f"Could not create the session workspace: {result.stderr.decode()}"
+        )
+    return path
+
+
+# --- exec ------------------------------------------------------------------------------
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+SECRET_NAME = re.compile(
+    r"SECRET|TOKEN|PASSW|API_?KEY|CREDENTIAL|PRIVATE|AUTH|SESSION_?ID|COOKIE", re.I
+)
+SECRET_VALUE = re.compile(
+    r"(sk-[A-Za-z0-9_-]{16,}|sk-ant-|ghp_|gho_|github_pat_|xox[abpr]-|AKIA[0-9A-Z]{16}|"
+    r"-----BEGIN [A-Z ]*PRIVATE KEY|eyJ[A-Za-z0-9_-]{10,}\.eyJ|quor_pat_)"
+)
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    timeout_s: int
+
+
+def validate_exec_request(
+    *, argv, cwd=None, env=None, timeout_s=None, workspace=WORKSPACE
+) -> ExecRequest:
+    """Refuses anything but an argv list, a cwd inside the workspace, env without
+    secrets and a bounded timeout: each with a message saying what is wrong."""
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        raise InvalidInput(
+            "argv must be a non-empty list of strings (no shell string).", code="exec.invalid_argv"
+        )
+    if any("\x00" in a for a in argv):
+        raise InvalidInput("argv must not contain NUL bytes.", code="exec.invalid_argv")
+    if cwd is None or cwd == "":
+        resolved_cwd = workspace
+    else:
+        if not isinstance(cwd, str) or "\x00" in cwd:
+            raise InvalidInput("cwd must be a path.", code="exec.invalid_cwd")
+        resolved_cwd = posixpath.normpath(posixpath.join(workspace, cwd))
+        if resolved_cwd != workspace and not resolved_cwd.startswith(workspace + "/"):
+            raise InvalidInput(f"cwd must stay inside {workspace}.", code="exec.invalid_cwd")
+    env = env or {}
+    if not isinstance(env, dict):
+        raise InvalidInput("env must be an object of strings.", code="exec.invalid_env")
+    for name, value in env.items():
+        if not isinstance(value, str) or not ENV_NAME.match(str(name)) or "\x00" in value:
+            raise InvalidInput(f"env {name!r} is not a valid variable.", code="exec.invalid_env")
+        if SECRET_NAME.search(name) or SECRET_VALUE.search(value):
+            raise InvalidInput(
+                f"env {name!r} looks like a secret; credentials never enter the sandbox.",
+                code="exec.secret_in_env",
+            )
+    if timeout_s is None:
+        timeout_s = settings.QUOR_EXEC_DEFAULT_TIMEOUT
+    if (
+        isinstance(timeout_s, bool)
+        or not isinstance(timeout_s, int | float)
+        or not (0 < timeout_s <= settings.QUOR_EXEC_MAX_TIMEOUT)
+    ):
+        raise InvalidInput(
+            f"timeout must be between 1 and {settings.QUOR_EXEC_MAX_TIMEOUT} seconds.",
+            code="exec.invalid_timeout",
+        )
+    return ExecRequest(argv=argv, cwd=resolved_cwd, env=env, timeout_s=timeout_s)
+
+
+def sandbox_exec(
+    *, user, session: Session | None = None, argv, cwd=None, env=None, timeout_s=None
+) -> ExecResult:
+    """Runs argv in the user's sandbox as the sandbox user; with a session, inside its
+    workspace."""
+    if session is not None and session.owner_id != user.pk:
+        raise InvalidInput("The session belongs to another user.", code="exec.foreign_session")
+    workspace = session_workspace(session) if session else WORKSPACE
+    request = validate_exec_request(
+        argv=argv, cwd=cwd, env=env, timeout_s=timeout_s, workspace=workspace
+    )
+    sandbox = sandbox_ensure(user=user)
+    if session is not None:
+        session_workspace_ensure(session=session)
+    try:
+        return get_backend(sandbox.backend).exec(
+            str(sandbox.pk),
+            request.argv,
+            cwd=request.cwd,
+            env=request.env,
+            timeout_s=request.timeout_s,
+            output_limit=settings.QUOR_EXEC_OUTPUT_LIMIT,
+        )
+    except RuntimeMissing:
+        sandbox_refresh_state(sandbox)
+        raise SandboxUnavailable(
+            "The sandbox stopped while the command was starting; retry."
+        ) from None
+
+
+# --- files -------------------------------------------------------------------------
+
+
+def clean_relative_path(path) -> str:
+    """A workspace-relative path, or a 400 naming what is wrong with it."""
+    if not isinstance(path, str):
+        raise InvalidInput("path must be a string.", code="files.invalid_path")
+    if "\x00" in path:
+        raise InvalidInput("path must not contain NUL bytes.", code="files.invalid_path")
+    if path.startswith("/"):
+        raise InvalidInput(
+            "path must be relative to the session workspace.", code="files.invalid_path"
+        )
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise InvalidInput("path must not contain '..'.", code="files.invalid_path")
+    return "/".join(parts)
+
+
+FILE_ERROR_STATUS = {"files.not_found": 404}
+
+
+def _file_error(exc: FileRefused) -> QuorError:
+    return QuorError(str(exc), code=exc.code, status=FILE_ERROR_STATUS.get(exc.code, 400))
+
+
+def _running_backend(session: Session):
+    session_workspace_ensure(session=session)
+    return get_backend(session.sandbox.backend), str(session.sandbox_id)
+
+
+def session_files_list(*, session: Session, path: str = "") -> list[dict]:
+    relpath = clean_relative_path(path)
+    backend, sandbox_id = _running_backend(session)
+    try:
+        return backend.list_files(sandbox_id, session_workspace(session), relpath)
+    except FileRefused as exc:
+        raise _file_error(exc) from None
+
+
+def session_file_open(*, session: Session, path: str) -> tuple[dict, Iterator[bytes]]:
+    """The file's description and a stream of its bytes; refused before streaming starts."""
+    relpath = clean_relative_path(path)
+    if not relpath:
+        raise InvalidInput("path must name a file.", code="files.invalid_path")
+    backend, sandbox_id = _running_backend(session)
+    root = session_workspace(session)
+    try:
+        info = backend.stat_path(sandbox_id, root, relpath)
+    except FileRefused as exc:
+        raise _file_error(exc) from None
+    if info["type"] != "file":
+        code = "files.symlink_refused" if info["type"] == "symlink" else "files.not_a_file"
+        raise InvalidInput(f"{path} is a {info['type']}, not a regular file.", code=code)
+    return info, backend.read_file(sandbox_id, root, relpath)
+
+
+def session_file_write(*, session: Session, path: str, chunks: Iterable[bytes], size: int) -> dict:
+    """Writes the file atomically: it is replaced only when all `size` bytes arrived."""
+    relpath = clean_relative_path(path)
+    if not relpath:
+        raise InvalidInput("path must name a file.", code="files.invalid_path")
+    if size > settings.QUOR_MAX_UPLOAD_BYTES:
+        raise QuorError(
+            f"The upload is larger than {settings.QUOR_MAX_UPLOAD_BYTES} bytes.",
+            code="request_too_large",
+            status=413,
+        )
+    backend, sandbox_id = _running_backend(session)
+    try:
+        return backend.write_file(sandbox_id, session_workspace(session), relpath, chunks, size)
+    except FileRefused as exc:
+        raise _file_error(exc) from None

@@ -1,0 +1,17 @@
+"""Celery tasks: thin, idempotent, by id. Enqueued with transaction.on_commit."""
+
+from celery import shared_task
+
+from sandboxes import services
+from sandboxes.models import Sandbox
+
+
+@shared_task(acks_late=True)
+def ensure_sandbox(sandbox_id: str) -> None:
+    sandbox = Sandbox.objects.filter(pk=sandbox_id).first()
+    if sandbox is None:
+        return
+    try:
+        services.sandbox_ensure_running(sandbox)
+    except services.SandboxUnavailable:
+        return  # recorded on the row as failed, with the reason
