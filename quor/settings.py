@@ -165,6 +165,9 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {"sandboxes.tasks.*": {"queue": "sandboxes"}}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    "mark-idle-sandboxes": {"task": "sandboxes.tasks.mark_idle_sandboxes", "schedule": 60.0},
+}
 
 # Sandbox backend: `docker` (now) or `kubernetes` (later).
 QUOR_SANDBOX_BACKEND = env("QUOR_SANDBOX_BACKEND", "docker")
@@ -185,6 +188,8 @@ QUOR_EXEC_OUTPUT_LIMIT = envint("QUOR_EXEC_OUTPUT_LIMIT", 1024 * 1024)
 # Timeout of a command when none is given, and the largest one accepted, in seconds.
 QUOR_EXEC_DEFAULT_TIMEOUT = envint("QUOR_EXEC_DEFAULT_TIMEOUT", 120)
 QUOR_EXEC_MAX_TIMEOUT = envint("QUOR_EXEC_MAX_TIMEOUT", 3600)
+# A running sandbox with no activity for this long is marked idle (seconds).
+QUOR_SANDBOX_IDLE_SECONDS = envint("QUOR_SANDBOX_IDLE_SECONDS", 30 * 60)
 # Largest file upload into a workspace, in bytes (uploads are streamed, not buffered).
 QUOR_MAX_UPLOAD_BYTES = envint("QUOR_MAX_UPLOAD_BYTES", 100 * 1024 * 1024)
 

@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -122,6 +123,15 @@ def sandbox_ensure_running(sandbox: Sandbox) -> Sandbox:
             last_activity_at=timezone.now(),
         )
     return sandbox
+
+
+def sandboxes_mark_idle() -> int:
+    """Running sandboxes without activity for QUOR_SANDBOX_IDLE_SECONDS become idle.
+    A conditional UPDATE, so running it twice (or concurrently) is harmless."""
+    cutoff = timezone.now() - timedelta(seconds=settings.QUOR_SANDBOX_IDLE_SECONDS)
+    return Sandbox.objects.filter(state=Sandbox.State.RUNNING, last_activity_at__lt=cutoff).update(
+        state=Sandbox.State.IDLE, updated_at=timezone.now()
+    )
 
 
 def sandbox_refresh_state(sandbox: Sandbox) -> Sandbox:

@@ -15,3 +15,8 @@ def ensure_sandbox(sandbox_id: str) -> None:
         services.sandbox_ensure_running(sandbox)
     except services.SandboxUnavailable:
         return  # recorded on the row as failed, with the reason
+
+
+@shared_task
+def mark_idle_sandboxes() -> None:
+    services.sandboxes_mark_idle()

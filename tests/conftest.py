@@ -58,3 +58,15 @@ def client_for():
         return client
 
     return make
+
+
+@pytest.fixture(scope="session", autouse=True)
+def empty_test_redis():
+    """Tests use their own Redis database (REDIS_URL in pyproject); start it empty so
+    no task or message from an earlier run leaks in."""
+    import redis
+    from django.conf import settings
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    client.flushdb()
+    client.close()

@@ -1,0 +1,84 @@
+"""Background work through a real Celery worker and Redis broker."""
+
+import os
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from sandboxes import services
+from sandboxes.models import Sandbox
+from tests import factories
+
+
+@pytest.fixture
+def celery_worker(transactional_db):
+    """A real worker process on the test database and the test Redis."""
+    env = {**os.environ, "DATABASE_URL": f"postgresql:///{settings.DATABASES['default']['NAME']}"}
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "quor",
+            "worker",
+            "-Q",
+            "default,sandboxes",
+            "-P",
+            "solo",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel",
+            "WARNING",
+        ],
+        env=env,
+    )
+    yield worker
+    worker.terminate()
+    worker.wait(timeout=30)
+
+
+def wait_for_state(sandbox_id, states, timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sandbox = Sandbox.objects.get(pk=sandbox_id)
+        if sandbox.state in states:
+            return sandbox
+        time.sleep(0.2)
+    raise AssertionError(f"sandbox stayed {sandbox.state}")
+
+
+@pytest.mark.docker
+def test_requesting_a_sandbox_through_the_api_starts_it_in_the_worker(
+    celery_worker, client_for, owner, sandbox_proxy, clean_runtimes
+):
+    response = client_for(owner).post(
+        "/api/v1/sandbox/", {"network_policy": "restricted"}, format="json"
+    )
+    assert response.status_code == 202
+    assert response.json()["network_policy"] == "restricted"
+    sandbox = wait_for_state(response.json()["id"], {Sandbox.State.RUNNING, Sandbox.State.FAILED})
+    assert sandbox.state == Sandbox.State.RUNNING, sandbox.failure_reason
+    assert services.sandbox_exec(user=owner, argv=["true"]).exit_code == 0
+
+
+@pytest.mark.django_db
+def test_sandboxes_without_recent_activity_become_idle_once(owner, colleague):
+    stale = factories.make_sandbox(
+        owner,
+        state=Sandbox.State.RUNNING,
+        last_activity_at=timezone.now() - timedelta(seconds=settings.QUOR_SANDBOX_IDLE_SECONDS + 5),
+    )
+    fresh = factories.make_sandbox(
+        colleague, state=Sandbox.State.RUNNING, last_activity_at=timezone.now()
+    )
+    assert services.sandboxes_mark_idle() == 1
+    assert services.sandboxes_mark_idle() == 0
+    stale.refresh_from_db()
+    fresh.refresh_from_db()
+    assert (stale.state, fresh.state) == (Sandbox.State.IDLE, Sandbox.State.RUNNING)
