@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "quor.settings")
 os.environ["QUOR_DEPLOYMENT"] = "bench"
+os.environ.setdefault("QUOR_SANDBOX_SUBNET", "10.233.0.0/24")
 os.environ.setdefault("QUOR_DEBUG", "1")
 
 import django

@@ -264,11 +264,8 @@ class DockerBackend(SandboxBackend):
     # --- exec ------------------------------------------------------------------------
 
     def exec(self, sandbox_id, argv, *, cwd, env, timeout_s, output_limit, stdin=None):
-        container = self._container(sandbox_id)
-        if container.status != "running":
-            raise RuntimeMissing(f"sandbox {sandbox_id} is not running")
         return self._exec_raw(
-            container.id,
+            self.container_name(sandbox_id),
             argv,
             cwd=cwd,
             env=env,
@@ -338,6 +335,8 @@ class DockerBackend(SandboxBackend):
         except NotFound:
             raise RuntimeMissing(f"container {container_id} is gone") from None
         except APIError as exc:
+            if exc.status_code == 409:  # exists but is not running
+                raise RuntimeMissing(f"container {container_id} is not running") from None
             raise BackendError(f"Docker refused the command: {exc}") from exc
         return exec_id, response_socket._sock
 
@@ -350,8 +349,7 @@ class DockerBackend(SandboxBackend):
         raise BackendError("the command's exit code never became available")
 
     def exec_stream(self, sandbox_id, argv, *, cwd) -> Iterator[bytes]:
-        container = self._container(sandbox_id)
-        exec_id, sock = self._start_exec(container.id, argv, cwd, {}, False)
+        exec_id, sock = self._start_exec(self.container_name(sandbox_id), argv, cwd, {}, False)
         stderr = bytearray()
         try:
             sock.settimeout(300)
