@@ -369,11 +369,13 @@ class DockerBackend(SandboxBackend):
     # --- workspace streams (snapshots) -------------------------------------------------
 
     def export_workspace(self, sandbox_id: str) -> Iterator[bytes]:
-        stream, _ = self._container(sandbox_id).get_archive(WORKSPACE, chunk_size=1 << 20)
+        # "/." : the directory's contents, with names relative to the workspace.
+        stream, _ = self._container(sandbox_id).get_archive(f"{WORKSPACE}/.", chunk_size=1 << 20)
         return stream
 
     def import_workspace(self, sandbox_id: str, tar_stream: Iterable[bytes]) -> None:
-        if not self._container(sandbox_id).put_archive("/", tar_stream):
+        chunks = (chunk for chunk in tar_stream)  # a generator: requests streams it (chunked)
+        if not self._container(sandbox_id).put_archive(WORKSPACE, chunks):
             raise BackendError("Docker refused the workspace archive")
 
 
