@@ -5,7 +5,7 @@ from django.contrib.auth.models import AbstractBaseUser, BaseUserManager, Group,
 from django.db import models
 from django.utils import timezone
 
-from quor.lib.fields import encrypted
+from quor.lib.fields import EncryptedTextField
 
 
 class UserManager(BaseUserManager):
@@ -114,7 +114,7 @@ class ModelProvider(models.Model):
     kind = models.CharField(max_length=20, choices=Kind.choices)
     display_name = models.CharField(max_length=200)
     base_url = models.URLField(blank=True, help_text="Leave empty for the provider's official API.")
-    api_key = encrypted(models.TextField(blank=True))
+    api_key = EncryptedTextField(blank=True)
     model_names = models.JSONField(default=list, help_text="Model names members may choose.")
     available_to_everyone = models.BooleanField(default=True)
     allowed_users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="+")

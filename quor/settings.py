@@ -167,6 +167,10 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "mark-idle-sandboxes": {"task": "sandboxes.tasks.mark_idle_sandboxes", "schedule": 60.0},
+    "delete-old-egress-decisions": {
+        "task": "egress.tasks.delete_old_egress_decisions",
+        "schedule": 3600.0,
+    },
 }
 
 # Sandbox backend: `docker` (now) or `kubernetes` (later).
@@ -190,6 +194,26 @@ QUOR_EXEC_DEFAULT_TIMEOUT = envint("QUOR_EXEC_DEFAULT_TIMEOUT", 120)
 QUOR_EXEC_MAX_TIMEOUT = envint("QUOR_EXEC_MAX_TIMEOUT", 3600)
 # A running sandbox with no activity for this long is marked idle (seconds).
 QUOR_SANDBOX_IDLE_SECONDS = envint("QUOR_SANDBOX_IDLE_SECONDS", 30 * 60)
+# URL at which sandboxes reach Quor's API (through the egress proxy, the one private
+# destination always allowed, exact host and port).
+QUOR_SANDBOX_API_URL = env("QUOR_SANDBOX_API_URL", "http://127.0.0.1:8000")
+# Extra private destinations the proxy allows, exact host:port, comma-separated.
+QUOR_EGRESS_PRIVATE_ALLOWLIST = envlist("QUOR_EGRESS_PRIVATE_ALLOWLIST", "")
+# Destination ports sandboxes may use (private allowlist and the Quor API aside).
+QUOR_EGRESS_ALLOWED_PORTS = [int(p) for p in envlist("QUOR_EGRESS_ALLOWED_PORTS", "80,443")]
+# Largest request body the proxy accepts from a sandbox; larger ones get 413.
+QUOR_EGRESS_MAX_BODY_BYTES = envint("QUOR_EGRESS_MAX_BODY_BYTES", 32 * 1024 * 1024)
+# Seconds a proxied connection may stay silent (long model calls and streams).
+QUOR_EGRESS_IDLE_TIMEOUT = envint("QUOR_EGRESS_IDLE_TIMEOUT", 600)
+# Where the proxy keeps its CA (created on first start, then kept).
+QUOR_EGRESS_CA_DIR = Path(env("QUOR_EGRESS_CA_DIR", str(BASE_DIR / "var" / "egress-ca")))
+# DNS server (host:port) the proxy asks; empty: the system resolver.
+QUOR_EGRESS_DNS_SERVER = env("QUOR_EGRESS_DNS_SERVER", "")
+# Days egress decisions are kept for audit.
+QUOR_EGRESS_AUDIT_RETENTION_DAYS = envint("QUOR_EGRESS_AUDIT_RETENTION_DAYS", 30)
+# Extra CA certificates trusted besides the public CAs: by the sandbox image and by
+# the proxy when it verifies upstream servers (for TLS-inspecting corporate proxies).
+QUOR_EXTRA_CA_BUNDLE = env("QUOR_EXTRA_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
 # Largest file upload into a workspace, in bytes (uploads are streamed, not buffered).
 QUOR_MAX_UPLOAD_BYTES = envint("QUOR_MAX_UPLOAD_BYTES", 100 * 1024 * 1024)
 

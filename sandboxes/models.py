@@ -1,9 +1,26 @@
 """Per-user sandboxes, the sessions that run in them, and the sessions' events."""
 
+import hashlib
+import secrets
 import uuid
 
 from django.conf import settings
 from django.db import models
+
+from quor.lib.fields import EncryptedCharField
+
+
+def new_placeholder() -> str:
+    """What the sandbox holds instead of every credential; random per sandbox."""
+    return f"quor-placeholder-{secrets.token_hex(16)}"
+
+
+def new_secret_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 class Sandbox(models.Model):
@@ -34,6 +51,22 @@ class Sandbox(models.Model):
     failure_reason = models.TextField(blank=True)
     network_policy = models.CharField(
         max_length=20, choices=NetworkPolicy.choices, default=NetworkPolicy.OPEN
+    )
+    network_address = models.GenericIPAddressField(
+        null=True,
+        blank=True,
+        help_text="Its address on the sandbox bridge: how the proxy knows it.",
+    )
+    placeholder = models.CharField(
+        max_length=64,
+        default=new_placeholder,
+        editable=False,
+        help_text="Stands in for every credential inside the sandbox; the proxy replaces it.",
+    )
+    proxy_token = EncryptedCharField(max_length=100, default=new_secret_token, editable=False)
+    runtime_credential = EncryptedCharField(max_length=100, blank=True, editable=False)
+    runtime_credential_hash = models.CharField(
+        max_length=64, blank=True, db_index=True, editable=False
     )
     last_activity_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -68,6 +101,7 @@ class Session(models.Model):
     )
     model_name = models.CharField(max_length=200)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    proxy_token = EncryptedCharField(max_length=100, default=new_secret_token, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)

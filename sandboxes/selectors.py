@@ -10,13 +10,19 @@ def sessions_of(user):
     return Session.objects.filter(owner=user).select_related("model_provider")
 
 
+def is_uuid(value) -> bool:
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True
+
+
 def get_session_for_user(user, session_id) -> Session:
     """The user's own session; anyone else's, or a malformed id, is 404."""
-    try:
-        session_uuid = uuid.UUID(str(session_id))
-    except ValueError:
-        raise NotFound("No such session.") from None
-    session = sessions_of(user).filter(pk=session_uuid).first()
+    if not is_uuid(session_id):
+        raise NotFound("No such session.")
+    session = sessions_of(user).filter(pk=session_id).first()
     if session is None:
         raise NotFound("No such session.")
     return session

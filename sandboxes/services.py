@@ -17,6 +17,8 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from egress.ca import ensure_ca
+from egress.decisions import SANDBOX_PRINCIPAL, SESSION_PRINCIPAL_PREFIX
 from quor.lib.errors import InvalidInput, QuorError
 from quor.lib.permissions import check_sandbox_access
 from sandboxes.backends import get_backend
@@ -29,7 +31,7 @@ from sandboxes.backends.base import (
     RuntimeMissing,
     SandboxSpec,
 )
-from sandboxes.models import Sandbox, Session
+from sandboxes.models import Sandbox, Session, hash_token, new_secret_token
 
 
 class SandboxUnavailable(QuorError):
@@ -59,13 +61,37 @@ def _set_state(sandbox: Sandbox, state: str, **fields) -> None:
     sandbox.refresh_from_db()
 
 
-def sandbox_spec_for(sandbox: Sandbox) -> SandboxSpec:
+def proxy_environment(proxy_address: str, principal: str, token: str) -> dict[str, str]:
+    """The proxy settings every program in the sandbox follows, with its identity."""
+    url = f"http://{principal}:{token}@{proxy_address}:{settings.QUOR_EGRESS_PROXY_PORT}"
+    local = "localhost,127.0.0.1,::1"
+    return {
+        "HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
+        "NO_PROXY": local, "no_proxy": local,
+    }  # fmt: skip
+
+
+def sandbox_environment(sandbox: Sandbox, proxy_address: str) -> dict[str, str]:
+    """Placeholders stand in for every credential; the proxy swaps in the real one."""
+    return {
+        **proxy_environment(proxy_address, SANDBOX_PRINCIPAL, sandbox.proxy_token),
+        "QUOR_API_URL": settings.QUOR_SANDBOX_API_URL,
+        "QUOR_API_TOKEN": sandbox.placeholder,
+        "ANTHROPIC_API_KEY": sandbox.placeholder,
+        "OPENAI_API_KEY": sandbox.placeholder,
+        "OPENROUTER_API_KEY": sandbox.placeholder,
+        "QUOR_EGRESS_CA_CERT": ensure_ca(settings.QUOR_EGRESS_CA_DIR).cert_pem(),
+    }
+
+
+def sandbox_spec_for(sandbox: Sandbox, proxy_address: str) -> SandboxSpec:
     return SandboxSpec(
         sandbox_id=str(sandbox.pk),
         image=settings.QUOR_SANDBOX_IMAGE,
         cpus=settings.QUOR_SANDBOX_CPUS,
         memory_bytes=settings.QUOR_SANDBOX_MEMORY_MB * 1024 * 1024,
         pids_limit=settings.QUOR_SANDBOX_PIDS,
+        environment=sandbox_environment(sandbox, proxy_address),
     )
 
 
@@ -109,9 +135,17 @@ def sandbox_ensure_running(sandbox: Sandbox) -> Sandbox:
             if status.running:
                 _set_state(sandbox, Sandbox.State.RUNNING, last_activity_at=timezone.now())
                 return sandbox
-        _set_state(sandbox, Sandbox.State.PROVISIONING, failure_reason="")
+        # A new runtime gets a new Quor credential; the old one stops working now.
+        credential = new_secret_token()
+        _set_state(
+            sandbox,
+            Sandbox.State.PROVISIONING,
+            failure_reason="",
+            runtime_credential=credential,
+            runtime_credential_hash=hash_token(credential),
+        )
         try:
-            status = backend.ensure(sandbox_spec_for(sandbox))
+            status = backend.ensure(sandbox_spec_for(sandbox, backend.prepare_network()))
         except BackendError as exc:
             _set_state(sandbox, Sandbox.State.FAILED, failure_reason=str(exc))
             raise SandboxUnavailable(f"The sandbox could not be started: {exc}") from exc
@@ -120,6 +154,7 @@ def sandbox_ensure_running(sandbox: Sandbox) -> Sandbox:
             Sandbox.State.RUNNING,
             runtime_id=status.runtime_id,
             image_ref=status.image_ref,
+            network_address=status.network_address or None,
             last_activity_at=timezone.now(),
         )
     return sandbox
@@ -166,7 +201,15 @@ def sandbox_destroy(*, sandbox: Sandbox, remove_workspace: bool = True) -> Sandb
     with sandbox_lock(sandbox.pk):
         _set_state(sandbox, Sandbox.State.STOPPING)
         get_backend(sandbox.backend).destroy(str(sandbox.pk), remove_workspace=remove_workspace)
-        _set_state(sandbox, Sandbox.State.ABSENT, runtime_id="", failure_reason="")
+        _set_state(
+            sandbox,
+            Sandbox.State.ABSENT,
+            runtime_id="",
+            failure_reason="",
+            network_address=None,
+            runtime_credential="",
+            runtime_credential_hash="",
+        )
     return sandbox
 
 
@@ -272,14 +315,18 @@ def sandbox_exec(
         argv=argv, cwd=cwd, env=env, timeout_s=timeout_s, workspace=workspace
     )
     sandbox = sandbox_ensure(user=user)
+    env = dict(request.env)
     if session is not None:
         session_workspace_ensure(session=session)
+        backend = get_backend(sandbox.backend)
+        principal = f"{SESSION_PRINCIPAL_PREFIX}{session.pk}"
+        env.update(proxy_environment(backend.prepare_network(), principal, session.proxy_token))
     try:
         return get_backend(sandbox.backend).exec(
             str(sandbox.pk),
             request.argv,
             cwd=request.cwd,
-            env=request.env,
+            env=env,
             timeout_s=request.timeout_s,
             output_limit=settings.QUOR_EXEC_OUTPUT_LIMIT,
         )

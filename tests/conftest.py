@@ -70,3 +70,150 @@ def empty_test_redis():
     client = redis.Redis.from_url(settings.REDIS_URL)
     client.flushdb()
     client.close()
+
+
+# --- the real Docker Engine, the real egress proxy, and fakes of outside services ---------
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    import docker
+
+    return docker.from_env()
+
+
+@pytest.fixture(scope="session")
+def upstream_fakes():
+    """A DNS server the proxy asks, a model provider with real HTTPS (test CA), and
+    plain HTTP Apps, all on loopback and reached through the private allowlist."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from django.conf import settings
+
+    from tests.fakes import FakeDnsServer, RecordingServer, make_test_ca
+
+    _, cert, key = make_test_ca(Path(settings.QUOR_EXTRA_CA_BUNDLE).parent, ["provider.test"])
+    dns_host, dns_port = settings.QUOR_EGRESS_DNS_SERVER.split(":")
+    fakes = SimpleNamespace(
+        dns=FakeDnsServer(dns_host, int(dns_port)),
+        provider=RecordingServer("127.0.0.1", 18443, name="provider", tls=(cert, key)),
+        app=RecordingServer("127.0.0.1", 18080, name="app"),
+        app_on_127_0_0_2=RecordingServer("127.0.0.2", 18080, name="app-127.0.0.2"),
+    )
+    fakes.dns.records.update(
+        {
+            "provider.test": ["127.0.0.1"],
+            "app.test": ["127.0.0.1"],
+            "other.test": ["127.0.0.1"],
+            "private.test": ["10.1.2.3"],
+            "metadata.test": ["169.254.169.254"],
+            "mixed.test": ["93.184.216.34", "127.0.0.1"],
+        }
+    )
+    yield fakes
+    for server in (fakes.provider, fakes.app, fakes.app_on_127_0_0_2):
+        server.close()
+    fakes.dns.close()
+
+
+def _start(argv, env, log_name):
+    """Starts a process whose output goes to /tmp/quor-test/<log_name>.log."""
+    import subprocess
+    from pathlib import Path
+
+    log = Path("/tmp/quor-test") / f"{log_name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as output:
+        return subprocess.Popen(argv, env=env, stdout=output, stderr=subprocess.STDOUT)
+
+
+def _stop(process):
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except Exception:
+        process.kill()
+
+
+@pytest.fixture(scope="session")
+def process_env(django_db_setup):
+    """The environment of Quor processes started by tests: the test database."""
+    import os
+
+    from django.conf import settings
+
+    return {**os.environ, "DATABASE_URL": f"postgresql:///{settings.DATABASES['default']['NAME']}"}
+
+
+@pytest.fixture(scope="session")
+def quor_web(process_env):
+    """Quor's web process (daphne) on the test database: the sandboxes' Quor API."""
+    import sys
+    from urllib.parse import urlsplit
+
+    from django.conf import settings
+
+    from tests.docker_helpers import wait_for_port
+
+    url = urlsplit(settings.QUOR_SANDBOX_API_URL)
+    process = _start(
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            url.hostname,
+            "-p",
+            str(url.port),
+            "quor.asgi:application",
+        ],
+        process_env,
+        "quor-web",
+    )
+    wait_for_port(url.hostname, url.port)
+    yield settings.QUOR_SANDBOX_API_URL
+    _stop(process)
+
+
+@pytest.fixture(scope="session")
+def egress_proxy(process_env, upstream_fakes, quor_web):
+    """The real egress proxy (`manage.py run_egress_proxy`) on the sandbox bridge."""
+    import sys
+
+    from django.conf import settings
+
+    from sandboxes.backends.docker import DockerBackend
+    from tests.docker_helpers import wait_for_port
+
+    host, port = DockerBackend().prepare_network(), settings.QUOR_EGRESS_PROXY_PORT
+    process = _start(
+        [sys.executable, "manage.py", "run_egress_proxy", "--acceptors", "1"],
+        process_env,
+        "egress-proxy",
+    )
+    try:
+        wait_for_port(host, port)
+    except RuntimeError:
+        _stop(process)
+        raise RuntimeError(
+            "the egress proxy did not start: see /tmp/quor-test/egress-proxy.log"
+        ) from None
+    yield host, port
+    _stop(process)
+
+
+@pytest.fixture
+def clean_runtimes():
+    """Removes every container and volume of the test deployment after the test."""
+    from tests.docker_helpers import remove_test_runtimes
+
+    yield
+    remove_test_runtimes()
+
+
+@pytest.fixture
+def running_sandbox(owner, egress_proxy, clean_runtimes):
+    from sandboxes import services
+
+    return services.sandbox_ensure(user=owner)

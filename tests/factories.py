@@ -44,7 +44,11 @@ def make_sandbox(user, **fields) -> Sandbox:
 
 def make_session(user, provider=None, **fields) -> Session:
     provider = provider or make_provider(user.membership.organization)
-    sandbox = Sandbox.objects.filter(user=user).first() or make_sandbox(user)
+    sandbox = (
+        fields.pop("sandbox", None)
+        or Sandbox.objects.filter(user=user).first()
+        or make_sandbox(user)
+    )
     fields.setdefault("model_name", provider.model_names[0])
     return Session.objects.create(owner=user, sandbox=sandbox, model_provider=provider, **fields)
 

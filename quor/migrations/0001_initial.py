@@ -2,7 +2,7 @@
 
 import django.db.models.deletion
 import django.utils.timezone
-import django_cryptography.fields
+import quor.lib.fields
 import quor.models
 from django.conf import settings
 from django.db import migrations, models
@@ -77,7 +77,7 @@ class Migration(migrations.Migration):
                 ('kind', models.CharField(choices=[('anthropic', 'Anthropic'), ('openai', 'OpenAI'), ('openrouter', 'OpenRouter')], max_length=20)),
                 ('display_name', models.CharField(max_length=200)),
                 ('base_url', models.URLField(blank=True, help_text="Leave empty for the provider's official API.")),
-                ('api_key', django_cryptography.fields.encrypt(models.TextField(blank=True))),
+                ('api_key', quor.lib.fields.EncryptedTextField(blank=True)),
                 ('model_names', models.JSONField(default=list, help_text='Model names members may choose.')),
                 ('available_to_everyone', models.BooleanField(default=True)),
                 ('created_at', models.DateTimeField(auto_now_add=True)),

@@ -79,3 +79,9 @@ class FileEntrySerializer(serializers.Serializer):
     type = serializers.CharField()
     size = serializers.IntegerField()
     modified = serializers.FloatField(help_text="Seconds since the epoch.")
+
+
+class RuntimeIdentitySerializer(serializers.Serializer):
+    sandbox = serializers.UUIDField()
+    user = serializers.EmailField()
+    session = serializers.UUIDField(allow_null=True)

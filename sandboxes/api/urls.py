@@ -8,6 +8,7 @@ router.register("sessions", views.SessionViewSet, basename="session")
 
 urlpatterns = [
     path("sandbox/", views.MySandboxView.as_view(), name="api-my-sandbox"),
+    path("runtime/whoami/", views.RuntimeWhoAmIView.as_view(), name="api-runtime-whoami"),
     path(
         "sessions/<str:session_id>/exec/", views.SessionExecView.as_view(), name="api-session-exec"
     ),

@@ -3,20 +3,24 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status, viewsets
 from rest_framework.parsers import BaseParser
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from quor.lib.errors import InvalidInput, QuorError
 from sandboxes import selectors, services
+from sandboxes.api.authentication import SandboxCredentialAuthentication
 from sandboxes.api.serializers import (
     REFUSED_SANDBOX_OPTIONS,
     ExecRequestSerializer,
     ExecResultSerializer,
     FileEntrySerializer,
+    RuntimeIdentitySerializer,
     SandboxRequestSerializer,
     SandboxSerializer,
     SessionSerializer,
 )
+from sandboxes.selectors import is_uuid
 
 SESSION_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 PATH = OpenApiParameter("path", OpenApiTypes.STR, OpenApiParameter.QUERY)
@@ -140,3 +144,25 @@ class SessionFileContentView(APIView):
             size=int(size),
         )
         return Response(result, status=status.HTTP_201_CREATED)
+
+
+class RuntimeWhoAmIView(APIView):
+    """Sandbox-facing: who the calling sandbox is (and its session, as the proxy says)."""
+
+    authentication_classes = [SandboxCredentialAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(responses=RuntimeIdentitySerializer)
+    def get(self, request):
+        sandbox = request.auth
+        session_id = request.headers.get("X-Quor-Session", "")
+        session = sandbox.sessions.filter(pk=session_id).first() if is_uuid(session_id) else None
+        return Response(
+            RuntimeIdentitySerializer(
+                {
+                    "sandbox": sandbox.pk,
+                    "user": request.user.email,
+                    "session": session and session.pk,
+                }
+            ).data
+        )

@@ -78,6 +78,7 @@ class RuntimeStatus:
     running: bool = False
     runtime_id: str = ""
     image_ref: str = ""
+    network_address: str = ""
     detail: str = ""
 
 
@@ -106,6 +107,11 @@ class SandboxBackend:
 
     def ping(self) -> None:
         """Raises BackendUnavailable when the runtime cannot be reached."""
+        raise NotImplementedError
+
+    def prepare_network(self) -> str:
+        """Creates the sandboxes' network if needed; returns the host's address on it,
+        where the egress proxy listens."""
         raise NotImplementedError
 
     def ensure(self, spec: SandboxSpec) -> RuntimeStatus:

@@ -81,6 +81,10 @@ class DockerBackend(SandboxBackend):
         except DockerException as exc:
             raise BackendUnavailable(f"Docker Engine is not reachable: {exc}") from exc
 
+    def prepare_network(self) -> str:
+        self.ensure_network()
+        return sandbox_network_gateway()
+
     def ensure_network(self):
         """The dedicated bridge: internal (no route out), no traffic between containers,
         attached to nothing but sandboxes. The host keeps the gateway address."""
@@ -123,19 +127,12 @@ class DockerBackend(SandboxBackend):
     def _create_kwargs(self, spec: SandboxSpec) -> dict:
         gateway = sandbox_network_gateway()
         uid = SANDBOX_UID
-        proxy_url = f"http://{gateway}:{settings.QUOR_EGRESS_PROXY_PORT}"
         environment = {
+            **spec.environment,
             "QUOR_PROXY_HOST": gateway,
             "QUOR_PROXY_PORT": str(settings.QUOR_EGRESS_PROXY_PORT),
             "QUOR_CONTROL_PLANE_ADDR": gateway,
-            "HTTP_PROXY": proxy_url,
-            "HTTPS_PROXY": proxy_url,
-            "http_proxy": proxy_url,
-            "https_proxy": proxy_url,
-            "NO_PROXY": "localhost,127.0.0.1,::1",
-            "no_proxy": "localhost,127.0.0.1,::1",
             "HOME": "/home/sandbox",
-            **spec.environment,
         }
         return {
             "image": spec.image,
@@ -214,11 +211,13 @@ class DockerBackend(SandboxBackend):
         raise BackendError(f"the sandbox firewall was not ready after {READY_TIMEOUT_S} s")
 
     def _status_of(self, container) -> RuntimeStatus:
+        network = container.attrs["NetworkSettings"]["Networks"].get(self.network_name) or {}
         return RuntimeStatus(
             exists=True,
             running=container.status == "running",
             runtime_id=container.id,
             image_ref=container.attrs["Image"],
+            network_address=network.get("IPAddress", ""),
             detail=container.status,
         )
 

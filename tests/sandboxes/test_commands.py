@@ -13,7 +13,7 @@ from tests import factories
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]
 
 
-def test_sandbox_ensure_status_and_destroy(owner, sandbox_proxy, clean_runtimes, capsys):
+def test_sandbox_ensure_status_and_destroy(owner, egress_proxy, clean_runtimes, capsys):
     call_command("sandbox_ensure", owner.email)
     sandbox = Sandbox.objects.get(user=owner)
     assert capsys.readouterr().out.strip() == f"{sandbox.pk} running"

@@ -9,7 +9,7 @@ from django.test import override_settings
 from sandboxes import services
 from sandboxes.backends.docker import DockerBackend
 from sandboxes.models import Sandbox
-from tests.sandboxes.conftest import container_of
+from tests.docker_helpers import container_of
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]
 
@@ -104,7 +104,7 @@ def test_ensure_is_idempotent(running_sandbox, owner, docker_client):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_concurrent_ensures_produce_one_container(owner, sandbox_proxy, clean_runtimes):
+def test_two_concurrent_ensures_produce_one_container(owner, egress_proxy, clean_runtimes):
     results, errors = [], []
     barrier = threading.Barrier(2)
 
@@ -173,9 +173,7 @@ def test_destroy_can_keep_the_workspace(running_sandbox, owner, docker_client):
     assert run(owner, ["cat", "/workspace/note.txt"]).stdout == b"kept\n"
 
 
-def test_a_missing_image_fails_the_sandbox_with_a_clear_reason(
-    owner, sandbox_proxy, clean_runtimes
-):
+def test_a_missing_image_fails_the_sandbox_with_a_clear_reason(owner, egress_proxy, clean_runtimes):
     with (
         override_settings(QUOR_SANDBOX_IMAGE="quor-sandbox:does-not-exist"),
         pytest.raises(services.SandboxUnavailable, match="make sandbox-image"),

@@ -11,7 +11,7 @@ import pytest
 from sandboxes import services
 from sandboxes.backends.docker import sandbox_network_gateway
 from tests import factories
-from tests.sandboxes.conftest import container_of, wait_for_port
+from tests.docker_helpers import container_of, wait_for_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]
 
@@ -71,8 +71,8 @@ def canary():
     server.close()
 
 
-def test_the_proxy_port_is_reachable(running_sandbox, owner, sandbox_proxy):
-    host, port = sandbox_proxy
+def test_the_proxy_port_is_reachable(running_sandbox, owner, egress_proxy):
+    host, port = egress_proxy
     assert probe(owner, [[4, host, port]]) == {f"{host}:{port}": "connected"}
 
 

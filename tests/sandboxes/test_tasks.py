@@ -55,7 +55,7 @@ def wait_for_state(sandbox_id, states, timeout=90):
 
 @pytest.mark.docker
 def test_requesting_a_sandbox_through_the_api_starts_it_in_the_worker(
-    celery_worker, client_for, owner, sandbox_proxy, clean_runtimes
+    celery_worker, client_for, owner, egress_proxy, clean_runtimes
 ):
     response = client_for(owner).post(
         "/api/v1/sandbox/", {"network_policy": "restricted"}, format="json"

@@ -1,0 +1,199 @@
+"""What the proxy knows about sandboxes, loaded from PostgreSQL and kept fresh.
+
+One background thread per proxy process reads the database; request threads only
+read the in-memory snapshot (and ask for an early refresh when they meet an
+unknown sandbox or token), so no request thread ever opens a database connection.
+"""
+
+import logging
+import threading
+import time
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils import timezone
+
+from egress.decisions import (
+    SANDBOX_PRINCIPAL,
+    SESSION_PRINCIPAL_PREFIX,
+    CredentialRoute,
+    EgressRules,
+    SandboxContext,
+)
+from egress.models import EgressDomainRule
+from quor.models import ModelProvider
+from sandboxes.models import Sandbox, Session
+
+logger = logging.getLogger(__name__)
+
+PROVIDER_HEADERS = {
+    ModelProvider.Kind.ANTHROPIC: "x-api-key",
+    ModelProvider.Kind.OPENAI: "authorization",
+    ModelProvider.Kind.OPENROUTER: "authorization",
+}
+SESSION_TOKEN_WINDOW = timedelta(days=7)
+MIN_REFRESH_INTERVAL = 0.2
+
+
+def url_endpoint(url: str) -> tuple[str, int, bool]:
+    parts = urlsplit(url)
+    https = parts.scheme == "https"
+    return (parts.hostname or "").lower(), parts.port or (443 if https else 80), https
+
+
+def egress_rules() -> EgressRules:
+    host, port, _ = url_endpoint(settings.QUOR_SANDBOX_API_URL)
+    allowlist = set()
+    for entry in settings.QUOR_EGRESS_PRIVATE_ALLOWLIST:
+        entry_host, _, entry_port = entry.rpartition(":")
+        allowlist.add((entry_host.strip("[]").lower(), int(entry_port)))
+    return EgressRules(
+        control_plane=(host, port),
+        private_allowlist=frozenset(allowlist),
+        allowed_ports=frozenset(settings.QUOR_EGRESS_ALLOWED_PORTS),
+    )
+
+
+def _provider_routes(providers, user) -> list[CredentialRoute]:
+    group_ids = {group.pk for group in user.groups.all()}
+    routes = []
+    for provider in providers:
+        audience = {u.pk for u in provider.allowed_users.all()}
+        groups = {g.pk for g in provider.allowed_groups.all()}
+        if not (provider.available_to_everyone or user.pk in audience or group_ids & groups):
+            continue
+        host, port, https = url_endpoint(provider.effective_base_url)
+        routes.append(
+            CredentialRoute(
+                kind=provider.kind,
+                host=host,
+                port=port,
+                https=https,
+                header=PROVIDER_HEADERS[provider.kind],
+                secret=provider.api_key or None,
+            )
+        )
+    return routes
+
+
+def load_contexts() -> dict[str, SandboxContext]:
+    """Every sandbox with a network address, keyed by that address."""
+    sandboxes = list(
+        Sandbox.objects.filter(network_address__isnull=False)
+        .exclude(state=Sandbox.State.ABSENT)
+        .select_related("user__membership__organization")
+        .prefetch_related("user__groups")
+    )
+    organization_ids = {
+        s.user.membership.organization_id for s in sandboxes if hasattr(s.user, "membership")
+    }
+    providers_by_org: dict[int, list] = {}
+    for provider in ModelProvider.objects.filter(
+        organization_id__in=organization_ids
+    ).prefetch_related("allowed_users", "allowed_groups"):
+        providers_by_org.setdefault(provider.organization_id, []).append(provider)
+    rules_by_org: dict[int, dict[str, list[str]]] = {}
+    for rule in EgressDomainRule.objects.filter(organization_id__in=organization_ids):
+        rules_by_org.setdefault(rule.organization_id, {"allow": [], "deny": []})[
+            rule.action
+        ].append(rule.pattern.lower())
+    tokens_by_sandbox: dict = {}
+    recent = timezone.now() - SESSION_TOKEN_WINDOW
+    for session in Session.objects.filter(sandbox__in=sandboxes, updated_at__gte=recent).only(
+        "id", "sandbox_id", "proxy_token"
+    ):
+        tokens_by_sandbox.setdefault(session.sandbox_id, {})[
+            f"{SESSION_PRINCIPAL_PREFIX}{session.pk}"
+        ] = session.proxy_token
+    api_host, api_port, api_https = url_endpoint(settings.QUOR_SANDBOX_API_URL)
+
+    contexts = {}
+    for sandbox in sandboxes:
+        membership = getattr(sandbox.user, "membership", None)
+        if membership is None or not membership.organization.is_active:
+            continue
+        organization_id = membership.organization_id
+        control_plane = CredentialRoute(
+            kind="quor_api",
+            host=api_host,
+            port=api_port,
+            https=api_https,
+            header="authorization",
+            secret=sandbox.runtime_credential or None,
+        )
+        rules = rules_by_org.get(organization_id, {"allow": [], "deny": []})
+        contexts[sandbox.network_address] = SandboxContext(
+            sandbox_id=str(sandbox.pk),
+            user_id=sandbox.user_id,
+            organization_id=organization_id,
+            network_policy=sandbox.network_policy,
+            placeholder=sandbox.placeholder,
+            proxy_tokens={
+                SANDBOX_PRINCIPAL: sandbox.proxy_token,
+                **tokens_by_sandbox.get(sandbox.pk, {}),
+            },
+            routes=(
+                control_plane,
+                *_provider_routes(providers_by_org.get(organization_id, []), sandbox.user),
+            ),
+            domain_allow=tuple(rules["allow"]),
+            domain_deny=tuple(rules["deny"]),
+        )
+    return contexts
+
+
+class Directory:
+    """The current snapshot of sandbox contexts, refreshed in the background."""
+
+    def __init__(self, refresh_seconds: float = 2.0):
+        self.refresh_seconds = refresh_seconds
+        self._contexts: dict[str, SandboxContext] = {}
+        self._loaded = threading.Event()
+        self._wanted = threading.Event()
+        self._refreshed = threading.Condition()
+        self._generation = 0
+        self.rules = egress_rules()
+
+    @property
+    def ready(self) -> bool:
+        return self._loaded.is_set()
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="egress-directory", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                close_old_connections()
+                contexts = load_contexts()
+            except Exception:  # keep serving the last snapshot; never crash the proxy
+                logger.exception("could not refresh the sandbox directory")
+            else:
+                with self._refreshed:
+                    self._contexts = contexts
+                    self._generation += 1
+                    self._loaded.set()
+                    self._refreshed.notify_all()
+            time.sleep(MIN_REFRESH_INTERVAL)  # early refreshes cannot hammer the database
+            self._wanted.wait(self.refresh_seconds)
+            self._wanted.clear()
+
+    def wait_until_ready(self, timeout: float) -> bool:
+        return self._loaded.wait(timeout)
+
+    def refresh_soon(self, timeout: float = 2.0) -> None:
+        """Asks the background thread for a fresh snapshot and waits for it."""
+        with self._refreshed:
+            generation = self._generation
+            self._wanted.set()
+            self._refreshed.wait_for(lambda: self._generation > generation, timeout)
+
+    def context_for(self, address: str) -> SandboxContext | None:
+        return self._contexts.get(address)
+
+    def replace(self, contexts: dict[str, SandboxContext]) -> None:
+        """For `egress_check`: a one-off snapshot, no thread."""
+        self._contexts = contexts
+        self._loaded.set()

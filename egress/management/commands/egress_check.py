@@ -1,0 +1,89 @@
+import base64
+import json
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from egress.decisions import (
+    SANDBOX_PRINCIPAL,
+    SESSION_PRINCIPAL_PREFIX,
+    Refusal,
+    authenticate,
+    decide_destination,
+)
+from egress.directory import egress_rules, load_contexts
+from egress.resolver import make_resolver
+from quor.models import User
+from sandboxes.models import Sandbox, Session
+from sandboxes.selectors import is_uuid
+
+
+class Command(BaseCommand):
+    help = (
+        "Print, as JSON, the decision the egress proxy would take for a request from a "
+        "user's sandbox: decision, reason code, resolved addresses, credential kind."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("url")
+        parser.add_argument("--user", help="Email of the sandbox's owner.")
+        parser.add_argument("--session", help="A session id (its token is used).")
+        parser.add_argument("--method", default="GET")
+
+    def handle(self, *args, url, user, session, method, **options):
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise CommandError("URL must be http:// or https:// with a host.")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        sandbox = self._sandbox(user, session)
+        context = load_contexts().get(sandbox.network_address or "")
+        if context is None:
+            raise CommandError("The sandbox has no network address yet: run sandbox_ensure first.")
+        principal, token = SANDBOX_PRINCIPAL, sandbox.proxy_token
+        if session:
+            principal = f"{SESSION_PRINCIPAL_PREFIX}{session}"
+            token = Session.objects.get(pk=session).proxy_token
+        answer = {"url": url, "method": method.upper(), "sandbox": str(sandbox.pk)}
+        try:
+            credentials = base64.b64encode(f"{principal}:{token}".encode()).decode()
+            answer["principal"] = authenticate(context, f"Basic {credentials}")
+            destination = decide_destination(
+                context,
+                egress_rules(),
+                parts.hostname,
+                port,
+                make_resolver(settings.QUOR_EGRESS_DNS_SERVER),
+            )
+        except Refusal as refusal:
+            answer.update(decision="blocked", code=refusal.code, reason=refusal.reason)
+        else:
+            route = destination.route
+            answer.update(
+                decision="intercept"
+                if destination.intercept
+                else ("tunnel" if parts.scheme == "https" else "forward"),
+                code="",
+                addresses=list(destination.addresses),
+                credential=route.kind if route else None,
+                credential_available=bool(route and route.secret) if route else None,
+            )
+        self.stdout.write(json.dumps(answer, indent=2))
+
+    def _sandbox(self, email, session):
+        if session:
+            found = (
+                Session.objects.select_related("sandbox").filter(pk=session).first()
+                if is_uuid(session)
+                else None
+            )
+            if found is None:
+                raise CommandError(f"No session {session}.")
+            return found.sandbox
+        if not email:
+            raise CommandError("Give --user EMAIL or --session ID.")
+        owner = User.objects.filter(email=email.lower()).first()
+        sandbox = Sandbox.objects.filter(user=owner).first() if owner else None
+        if sandbox is None:
+            raise CommandError(f"{email} has no sandbox.")
+        return sandbox

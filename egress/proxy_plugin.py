@@ -1,0 +1,246 @@
+"""The proxy.py plugin: thin. It reads what proxy.py parsed, asks the egress
+decision functions what to do, and applies the answer.
+
+proxy.py runs with --threaded, so a slow or silent client holds only its own
+thread. Request threads never touch the database: the directory and the audit log
+each have one background thread per proxy process.
+"""
+
+import json
+import os
+import threading
+from http import HTTPStatus
+
+from django.conf import settings
+from proxy.http.exception import HttpRequestRejected
+from proxy.http.handler import HttpProtocolHandler
+from proxy.http.parser import HttpParser, httpParserTypes
+from proxy.http.proxy import HttpProxyBasePlugin
+
+from egress.audit import AuditLog
+from egress.decisions import (
+    SESSION_PRINCIPAL_PREFIX,
+    Refusal,
+    authenticate,
+    check_request_target,
+    decide_destination,
+    prepare_request,
+)
+from egress.directory import Directory
+from egress.models import EgressDecision
+from egress.resolver import make_resolver
+
+SESSION_HEADER = "x-quor-session"
+READY_WAIT_SECONDS = 10
+
+
+class _ProcessState:
+    """Per-process singletons, created after proxy.py forked its acceptors."""
+
+    _lock = threading.Lock()
+    _pid = None
+    _instance = None
+
+    @classmethod
+    def get(cls):
+        with cls._lock:
+            if cls._pid != os.getpid():
+                cls._instance = cls()
+                cls._pid = os.getpid()
+            return cls._instance
+
+    def __init__(self):
+        self.directory = Directory()
+        self.directory.start()
+        self.audit = AuditLog()
+        self.audit.start()
+        self.resolve = make_resolver(settings.QUOR_EGRESS_DNS_SERVER)
+
+
+def rejection(refusal: Refusal) -> HttpRequestRejected:
+    body = json.dumps({"error": {"code": refusal.code, "message": refusal.reason}}).encode()
+    headers = {b"Content-Type": b"application/json"}
+    headers.update({k.encode(): v.encode() for k, v in refusal.headers.items()})
+    return HttpRequestRejected(
+        status_code=refusal.status,
+        reason=HTTPStatus(refusal.status).phrase.encode(),
+        headers=headers,
+        body=body,
+    )
+
+
+def _text(value) -> str:
+    return (
+        value.decode("latin-1")
+        if isinstance(value, bytes | bytearray | memoryview)
+        else str(value or "")
+    )
+
+
+class QuorEgressPlugin(HttpProxyBasePlugin):
+    """Identity, destination checks, DNS pinning, credential injection, audit."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.state = _ProcessState.get()
+        self.context = None
+        self.principal = None
+        self.destination = None
+
+    # --- helpers -------------------------------------------------------------------
+
+    def _record(self, request, outcome, *, refusal=None, credential_kind=""):
+        context = self.context
+        session_id = None
+        if self.principal and self.principal.startswith(SESSION_PRINCIPAL_PREFIX):
+            session_id = self.principal[len(SESSION_PRINCIPAL_PREFIX) :]
+        destination = self.destination
+        self.state.audit.record(
+            sandbox_id=context.sandbox_id if context else None,
+            session_id=session_id,
+            client_address=self.client.addr[0],
+            method=_text(request.method)[:16],
+            host=destination.host if destination else _text(request.host)[:253],
+            port=destination.port if destination else request.port,
+            path=_text(request.path) if not request.is_https_tunnel else "",
+            outcome=outcome,
+            code=refusal.code if refusal else "",
+            reason=refusal.reason if refusal else "",
+            addresses=list(destination.addresses) if destination else [],
+            credential_kind=credential_kind or "",
+        )
+
+    def _refuse(self, request, refusal: Refusal):
+        self._record(request, EgressDecision.Outcome.BLOCKED, refusal=refusal)
+        return rejection(refusal)
+
+    def _context(self):
+        directory = self.state.directory
+        if not directory.wait_until_ready(READY_WAIT_SECONDS):
+            raise Refusal(503, "egress.not_ready", "The egress proxy is starting; retry shortly.")
+        address = self.client.addr[0]
+        context = directory.context_for(address)
+        if context is None:
+            directory.refresh_soon()
+            context = directory.context_for(address)
+        if context is None:
+            raise Refusal(403, "egress.unidentified_sandbox", "This address belongs to no sandbox.")
+        return context
+
+    # --- proxy.py hooks ------------------------------------------------------------
+
+    def before_upstream_connection(self, request: HttpParser):
+        try:
+            self.context = self._context()
+            header = (
+                request.header(b"proxy-authorization")
+                if request.has_header(b"proxy-authorization")
+                else None
+            )
+            try:
+                self.principal = authenticate(self.context, _text(header) if header else None)
+            except Refusal:
+                self.state.directory.refresh_soon()  # a session minted a moment ago
+                self.context = self._context()
+                self.principal = authenticate(self.context, _text(header) if header else None)
+            self.destination = decide_destination(
+                self.context,
+                self.state.directory.rules,
+                _text(request.host),
+                request.port,
+                self.state.resolve,
+            )
+        except Refusal as refusal:
+            raise self._refuse(request, refusal) from None
+        if request.is_https_tunnel and not self.destination.intercept:
+            self._record(request, EgressDecision.Outcome.TUNNELED)
+        return request
+
+    def resolve_dns(self, host: str, port: int):
+        """Connect to exactly the address that was checked: no second lookup."""
+        return (self.destination.pinned_address if self.destination else None), None
+
+    def do_intercept(self, request: HttpParser) -> bool:
+        return bool(self.destination and self.destination.intercept)
+
+    def handle_client_request(self, request: HttpParser):
+        if request.is_https_tunnel:
+            return request
+        request.del_header(b"proxy-authorization")
+        request.del_header(SESSION_HEADER.encode())
+        try:
+            intercepted = request.host is None
+            check_request_target(
+                self.destination,
+                request_host=None if intercepted else _text(request.host),
+                request_port=request.port,
+                host_header=_text(request.header(b"host")) if request.has_header(b"host") else None,
+                intercepted=intercepted,
+            )
+            headers = (
+                {_text(k): _text(v[1]) for k, v in request.headers.items()}
+                if request.headers
+                else {}
+            )
+            prepared = prepare_request(
+                self.context, self.destination, headers, target=_text(request.path)
+            )
+        except Refusal as refusal:
+            raise self._refuse(request, refusal) from None
+        for name, value in prepared.set_headers.items():
+            request.del_header(name.encode())
+            request.add_header(name.encode(), value.encode())
+        if prepared.credential_kind == "quor_api" and self.principal.startswith(
+            SESSION_PRINCIPAL_PREFIX
+        ):
+            request.add_header(
+                SESSION_HEADER.encode(), self.principal[len(SESSION_PRINCIPAL_PREFIX) :].encode()
+            )
+        outcome = (
+            EgressDecision.Outcome.INJECTED
+            if prepared.credential_kind
+            else EgressDecision.Outcome.FORWARDED
+        )
+        self._record(request, outcome, credential_kind=prepared.credential_kind)
+        return request
+
+
+class BodyTooLarge(HttpRequestRejected):
+    pass
+
+
+def cap_request_bodies(limit: int) -> None:
+    """proxy.py buffers a whole request body before any plugin hook runs. Refuse a
+    body over `limit` while it is parsed, so a sandbox cannot exhaust the proxy's
+    memory, and answer 413 (on a connection's first request proxy.py queues a 400
+    for any parse error: that answer is replaced by ours)."""
+    original_body = HttpParser._process_body
+    original_first = HttpProtocolHandler._parse_first_request
+    if getattr(original_body, "quor_capped", False):
+        return
+    answer = rejection(
+        Refusal(413, "egress.body_too_large", f"Request bodies are limited to {limit} bytes.")
+    )
+
+    def process_body(self, raw):
+        if self.type == httpParserTypes.REQUEST_PARSER:
+            length = self.header(b"content-length") if self.has_header(b"content-length") else b"0"
+            if int(length) > limit or len(self.body or b"") + len(raw) > limit:
+                raise BodyTooLarge(
+                    status_code=answer.status_code,
+                    reason=answer.reason,
+                    headers=answer.headers,
+                    body=answer.body,
+                )
+        return original_body(self, raw)
+
+    def parse_first_request(self, data):
+        try:
+            return original_first(self, data)
+        except BodyTooLarge as exc:
+            self.work.buffer[-1:] = [exc.response(self.request)]
+            return True
+
+    process_body.quor_capped = True
+    HttpParser._process_body = process_body
+    HttpProtocolHandler._parse_first_request = parse_first_request

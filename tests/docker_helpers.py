@@ -1,0 +1,33 @@
+"""Helpers for tests against the real Docker Engine."""
+
+import socket
+import time
+
+import docker
+
+from sandboxes.backends.base import RuntimeMissing
+from sandboxes.backends.docker import DockerBackend
+
+
+def wait_for_port(host: str, port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on {host}:{port}")
+
+
+def remove_test_runtimes() -> None:
+    backend = DockerBackend()
+    for instance in backend.list_instances():
+        backend.destroy(instance.sandbox_id, remove_workspace=True)
+
+
+def container_of(docker_client, sandbox):
+    try:
+        return docker_client.containers.get(DockerBackend().container_name(str(sandbox.pk)))
+    except docker.errors.NotFound:
+        raise RuntimeMissing(str(sandbox.pk)) from None

@@ -1,0 +1,356 @@
+"""The egress proxy from where an attacker stands: inside a real sandbox, as the
+sandbox user, through the real proxy, to fakes on loopback."""
+
+import json
+import time
+
+import pytest
+
+from egress.models import EgressDecision
+from quor.models import ModelProvider
+from sandboxes import services
+from sandboxes.models import Sandbox
+from tests import factories
+
+pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+
+PROVIDER_KEY = "sk-ant-test-real-key-never-in-the-sandbox-0123456789"
+
+# Runs inside the sandbox: sends requests through the proxy exactly as written
+# (http.client does not rewrite hosts) and prints status and body of each.
+CLIENT = r"""
+import base64, http.client, json, os, socket, ssl, sys, time, urllib.parse
+steps = json.loads(sys.argv[1])
+proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+def auth(step):
+    user, password = step.get("as") or (urllib.parse.unquote(proxy.username), urllib.parse.unquote(proxy.password))
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+results, conn = [], None
+for step in steps:
+    headers = {k: os.path.expandvars(v) for k, v in step.get("headers", {}).items()}
+    if step.get("auth", True):
+        headers["Proxy-Authorization"] = auth(step)
+    started = time.monotonic()
+    try:
+        if step.get("tunnel"):
+            host, port = step["tunnel"]
+            conn = http.client.HTTPSConnection(proxy.hostname, proxy.port, timeout=20, context=ssl.create_default_context())
+            conn.set_tunnel(host, port, headers={"Proxy-Authorization": headers.pop("Proxy-Authorization")} if "Proxy-Authorization" in headers else None)
+        elif not (step.get("reuse") and conn):
+            conn = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=20)
+        conn.request(step.get("method", "GET"), step["url"], body=step.get("body"), headers=headers)
+        response = conn.getresponse()
+        results.append({"status": response.status, "body": response.read().decode(errors="replace"), "seconds": time.monotonic() - started})
+    except OSError as exc:  # http.client reports a refused CONNECT this way
+        status = int(str(exc).split()[3]) if str(exc).startswith("Tunnel connection failed") else None
+        results.append({"status": status, "error": f"{type(exc).__name__}: {exc}", "seconds": time.monotonic() - started})
+print(json.dumps(results))
+"""
+
+
+def through_proxy(user, steps, *, session=None):
+    result = services.sandbox_exec(
+        user=user, session=session, argv=["python3", "-c", CLIENT, json.dumps(steps)], timeout_s=120
+    )
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+FIND_SECRET = r"""
+echo "$1" | base64 -d > /dev/shm/needle
+grep -rlF -f /dev/shm/needle /workspace /home /tmp /run /opt /etc /usr/local 2>/dev/null
+for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do grep -qF -f /dev/shm/needle "$f" 2>/dev/null && echo "$f"; done
+ps auxww | grep -qF -f /dev/shm/needle && echo "process list"
+rm /dev/shm/needle
+"""
+
+
+def places_holding(user, secret: str) -> list[str]:
+    """Where, inside the sandbox, the secret can be read by the sandbox user (the
+    search never puts the secret itself on a command line)."""
+    import base64
+
+    encoded = base64.b64encode(secret.encode()).decode()
+    result = services.sandbox_exec(user=user, argv=["sh", "-c", FIND_SECRET, "find", encoded])
+    return result.stdout.decode().split()
+
+
+def wait_for_decision(**filters) -> EgressDecision:
+    """The audit log is written in batches by the proxy; wait a little for it."""
+    deadline = time.monotonic() + 5
+    while not (found := EgressDecision.objects.filter(**filters).order_by("-created_at").first()):
+        assert time.monotonic() < deadline, f"no egress decision {filters} was recorded"
+        time.sleep(0.2)
+    return found
+
+
+def error_code(result):
+    return json.loads(result["body"])["error"]["code"]
+
+
+@pytest.fixture
+def provider(org):
+    return factories.make_provider(
+        org,
+        kind=ModelProvider.Kind.ANTHROPIC,
+        base_url="https://provider.test:18443",
+        api_key=PROVIDER_KEY,
+        model_names=["claude-test"],
+    )
+
+
+@pytest.fixture
+def sandbox(owner, provider, egress_proxy, clean_runtimes):
+    return services.sandbox_ensure(user=owner)
+
+
+def test_an_ordinary_request_is_forwarded_without_the_proxy_credentials(
+    sandbox, owner, upstream_fakes
+):
+    [result] = through_proxy(owner, [{"url": "http://app.test:18080/hello"}])
+    assert result["status"] == 200, result
+    received = upstream_fakes.app.requests[-1]
+    assert received["path"] == "/hello"
+    assert "Proxy-Authorization" not in received["headers"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://private.test:18080/",
+        "http://metadata.test/",
+        "http://mixed.test/",
+        "http://127.1:18080/",
+        "http://0x7f000001:18080/",
+        "http://2130706433:18080/",
+        "http://0177.0.0.1:18080/",
+        "http://[::1]:18080/",
+        "http://[::ffff:127.0.0.1]:18080/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://10.232.0.1:5432/",
+        "http://nonexistent.test/",
+    ],
+)
+def test_internal_destinations_are_blocked_whatever_the_spelling(sandbox, owner, url):
+    [result] = through_proxy(owner, [{"url": url}])
+    assert result["status"] == 403, result
+    assert error_code(result) in ("egress.private_destination", "egress.dns_failure")
+
+
+def test_the_provider_key_is_injected_and_never_reaches_the_sandbox(sandbox, owner, upstream_fakes):
+    before = len(upstream_fakes.provider.requests)
+    [result] = through_proxy(owner, [{
+        "tunnel": ["provider.test", 18443], "url": "/v1/messages", "method": "POST",
+        "headers": {"x-api-key": "$ANTHROPIC_API_KEY", "content-type": "application/json"},
+        "body": "{}",
+    }])  # fmt: skip
+    assert result["status"] == 200, result
+    [received] = upstream_fakes.provider.requests[before:]
+    assert received["headers"]["x-api-key"] == PROVIDER_KEY
+    assert PROVIDER_KEY not in result["body"]
+    sandbox.refresh_from_db()
+    assert (
+        services.sandbox_exec(user=owner, argv=["printenv", "ANTHROPIC_API_KEY"])
+        .stdout.decode()
+        .strip()
+        == sandbox.placeholder
+    )
+    assert places_holding(owner, PROVIDER_KEY) == []
+    decision = wait_for_decision(credential_kind="anthropic")
+    assert decision.outcome == EgressDecision.Outcome.INJECTED
+    assert decision.sandbox_id == sandbox.pk
+
+
+def test_a_placeholder_sent_elsewhere_is_refused_and_recorded(sandbox, owner, upstream_fakes):
+    before = len(upstream_fakes.app.requests)
+    [result] = through_proxy(
+        owner, [{"url": "http://app.test:18080/", "headers": {"x-api-key": "$ANTHROPIC_API_KEY"}}]
+    )
+    assert result["status"] == 403
+    assert error_code(result) == "egress.placeholder_misuse"
+    assert len(upstream_fakes.app.requests) == before
+    decision = wait_for_decision(code="egress.placeholder_misuse")
+    assert (decision.outcome, decision.host, decision.port) == ("blocked", "app.test", 18080)
+
+
+def test_a_missing_credential_fails_closed(sandbox, owner, provider, upstream_fakes):
+    ModelProvider.objects.filter(pk=provider.pk).update(api_key="")
+    time.sleep(2.5)  # the proxy's directory refreshes every 2 s
+    before = len(upstream_fakes.provider.requests)
+    [result] = through_proxy(
+        owner,
+        [
+            {
+                "tunnel": ["provider.test", 18443],
+                "url": "/v1/messages",
+                "headers": {"x-api-key": "$ANTHROPIC_API_KEY"},
+            }
+        ],
+    )
+    assert result["status"] == 403
+    assert error_code(result) == "egress.credential_unavailable"
+    assert len(upstream_fakes.provider.requests) == before
+
+
+def test_a_kept_alive_connection_cannot_switch_hosts(sandbox, owner, upstream_fakes):
+    before = len(upstream_fakes.app.requests)
+    first, second = through_proxy(owner, [
+        {"url": "http://app.test:18080/first"},
+        {"url": "http://other.test:18080/second", "reuse": True},
+    ])  # fmt: skip
+    assert first["status"] == 200
+    assert second["status"] == 403
+    assert error_code(second) == "egress.connection_reuse_refused"
+    assert [r["path"] for r in upstream_fakes.app.requests[before:]] == ["/first"]
+
+
+def test_inside_intercepted_tls_the_host_header_must_match(sandbox, owner, upstream_fakes):
+    before = len(upstream_fakes.provider.requests)
+    [result] = through_proxy(
+        owner, [{"tunnel": ["provider.test", 18443], "url": "/", "headers": {"Host": "app.test"}}]
+    )
+    assert result["status"] == 403
+    assert error_code(result) == "egress.host_mismatch"
+    assert len(upstream_fakes.provider.requests) == before
+
+
+def test_the_quor_api_gets_the_sandbox_credential_and_the_session(sandbox, owner):
+    session = factories.make_session(owner, sandbox=sandbox)
+    steps = [
+        {
+            "url": "http://127.0.0.1:18000/api/v1/runtime/whoami/",
+            "headers": {"Authorization": "Bearer $QUOR_API_TOKEN"},
+        }
+    ]
+    [result] = through_proxy(owner, steps, session=session)
+    assert result["status"] == 200, result
+    assert json.loads(result["body"]) == {
+        "sandbox": str(sandbox.pk),
+        "user": owner.email,
+        "session": str(session.pk),
+    }
+    [anonymous] = through_proxy(owner, [{"url": steps[0]["url"]}])
+    assert anonymous["status"] == 401
+
+
+def test_the_quor_credential_is_revoked_when_the_sandbox_is_destroyed(sandbox, owner):
+    sandbox.refresh_from_db()
+    credential = sandbox.runtime_credential
+    services.sandbox_destroy(sandbox=sandbox)
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {credential}")
+    assert client.get("/api/v1/runtime/whoami/").status_code == 401
+
+
+def test_a_sandbox_cannot_use_another_sandboxs_or_sessions_credentials(
+    sandbox, owner, org, egress_proxy
+):
+    neighbour = factories.make_user(org, email="neighbour@acme.test")
+    other = services.sandbox_ensure(user=neighbour)
+    other_session = factories.make_session(neighbour, sandbox=other)
+    results = through_proxy(owner, [
+        {"url": "http://app.test:18080/", "as": ["sandbox", other.proxy_token]},
+        {"url": "http://app.test:18080/", "as": [f"s-{other_session.pk}", other_session.proxy_token]},
+        {"url": "http://app.test:18080/", "auth": False},
+    ])  # fmt: skip
+    assert [r["status"] for r in results] == [403, 403, 407]
+    assert [error_code(r) for r in results] == [
+        "egress.unidentified_session",
+        "egress.unidentified_session",
+        "egress.proxy_auth_required",
+    ]
+
+
+def test_requests_from_addresses_that_are_no_sandbox_are_refused(egress_proxy):
+    import urllib.error
+    import urllib.request
+
+    host, port = egress_proxy
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({"http": f"http://{host}:{port}"})
+    )
+    with pytest.raises(urllib.error.HTTPError) as excinfo:
+        opener.open("http://app.test:18080/", timeout=10)
+    assert excinfo.value.code == 403
+    assert json.loads(excinfo.value.read())["error"]["code"] == "egress.unidentified_sandbox"
+
+
+@pytest.mark.parametrize(
+    ("policy", "app_status", "provider_status"),
+    [("open", 200, 200), ("restricted", 403, 200), ("deny", 403, 403)],
+)
+def test_network_policies(sandbox, owner, policy, app_status, provider_status):
+    Sandbox.objects.filter(pk=sandbox.pk).update(network_policy=policy)
+    time.sleep(2.5)
+    app, provider_result, api = through_proxy(owner, [
+        {"url": "http://app.test:18080/"},
+        {"tunnel": ["provider.test", 18443], "url": "/", "headers": {"x-api-key": "$ANTHROPIC_API_KEY"}},
+        {"url": "http://127.0.0.1:18000/api/v1/runtime/whoami/", "headers": {"Authorization": "Bearer $QUOR_API_TOKEN"}},
+    ])  # fmt: skip
+    assert (app["status"], provider_result["status"], api["status"]) == (
+        app_status,
+        provider_status,
+        200,
+    )
+
+
+def test_the_proxy_connects_to_the_address_it_checked_with_one_lookup(
+    sandbox, owner, upstream_fakes
+):
+    answers = iter([["127.0.0.2"], ["127.0.0.1"], ["127.0.0.1"], ["127.0.0.1"]])
+    upstream_fakes.dns.records["rebind.test"] = lambda: next(answers)
+    upstream_fakes.dns.queries["rebind.test"] = 0
+    [result] = through_proxy(owner, [{"url": "http://rebind.test:18080/pinned"}])
+    assert json.loads(result["body"])["server"] == "app-127.0.0.2"
+    assert upstream_fakes.dns.queries["rebind.test"] == 2  # one lookup: A and AAAA
+
+
+def test_a_silent_client_does_not_stall_others(sandbox, owner):
+    stall = r"""
+import base64, os, socket, time, urllib.parse, http.client
+proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+auth = base64.b64encode(f"{urllib.parse.unquote(proxy.username)}:{urllib.parse.unquote(proxy.password)}".encode()).decode()
+silent = []
+for _ in range(3):
+    s = socket.create_connection((proxy.hostname, proxy.port))
+    s.sendall(f"CONNECT provider.test:18443 HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
+    silent.append(s)  # then never a TLS ClientHello
+time.sleep(1)
+started = time.monotonic()
+conn = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=10)
+conn.request("GET", "http://app.test:18080/fast", headers={"Proxy-Authorization": "Basic " + auth})
+print(conn.getresponse().status, round(time.monotonic() - started, 3))
+"""
+    result = services.sandbox_exec(user=owner, argv=["python3", "-c", stall], timeout_s=60)
+    status, seconds = result.stdout.decode().split()
+    assert status == "200"
+    assert float(seconds) < 2
+
+
+def test_oversized_bodies_are_refused_with_413(sandbox, owner):
+    [result] = through_proxy(owner, [{
+        "url": "http://app.test:18080/upload", "method": "POST",
+        "headers": {"Content-Length": str(40 * 1024 * 1024)}, "body": "x",
+    }])  # fmt: skip
+    assert result["status"] == 413
+    assert error_code(result) == "egress.body_too_large"
+
+
+def test_the_sandbox_trusts_the_quor_ca_but_never_holds_its_key(sandbox, owner):
+    from django.conf import settings
+
+    from egress.ca import ensure_ca
+
+    files = ensure_ca(settings.QUOR_EGRESS_CA_DIR)
+    key_line = files.key.read_text().splitlines()[1]
+    bundle = services.sandbox_exec(
+        user=owner, argv=["cat", "/etc/ssl/certs/ca-certificates.crt"]
+    ).stdout.decode()
+    assert files.cert_pem().strip() in bundle
+    search = services.sandbox_exec(
+        user=owner,
+        argv=["sh", "-c", f"grep -rlF '{key_line}' / 2>/dev/null | grep -v '^/proc' | head"],
+    )
+    assert search.stdout == b""
