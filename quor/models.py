@@ -114,7 +114,7 @@ class ModelProvider(models.Model):
     kind = models.CharField(max_length=20, choices=Kind.choices)
     display_name = models.CharField(max_length=200)
     base_url = models.URLField(blank=True, help_text="Leave empty for the provider's official API.")
-    api_key = EncryptedTextField(blank=True)
+    api_key = EncryptedTextField("API key", blank=True)
     model_names = models.JSONField(default=list, help_text="Model names members may choose.")
     available_to_everyone = models.BooleanField(default=True)
     allowed_users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="+")
@@ -152,6 +152,7 @@ class ApiToken(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        verbose_name = "API token"
 
     def __str__(self):
         return f"{self.name} ({self.prefix}…)"

@@ -26,3 +26,5 @@ urlpatterns = [
     path("api/v1/", include("sandboxes.api.urls")),
     re_path(r"^api/(?P<unmatched>.*)$", views.api_not_found),
 ]
+
+handler500 = "quor.views.server_error"

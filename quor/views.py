@@ -27,5 +27,12 @@ def home(request):
     return render(request, "quor/home.html", {"sessions": sessions_of(request.user)[:50]})
 
 
+def server_error(request):
+    """The API's 500 is JSON like every other API error; pages get a plain page."""
+    if request.path.startswith("/api/"):
+        return error_response(500, "server_error", "Something went wrong on our side.")
+    return render(request, "500.html", status=500)
+
+
 def api_not_found(request, unmatched=""):
     return error_response(404, "not_found", f"No API endpoint at {request.path}.")

@@ -149,6 +149,9 @@ def sandbox_ensure_running(sandbox: Sandbox) -> Sandbox:
         except BackendError as exc:
             _set_state(sandbox, Sandbox.State.FAILED, failure_reason=str(exc))
             raise SandboxUnavailable(f"The sandbox could not be started: {exc}") from exc
+        except Exception as exc:  # never leave the row "provisioning" for good
+            _set_state(sandbox, Sandbox.State.FAILED, failure_reason=f"Internal error: {exc!r}")
+            raise
         _set_state(
             sandbox,
             Sandbox.State.RUNNING,

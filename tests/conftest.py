@@ -91,7 +91,7 @@ def upstream_fakes():
 
     from django.conf import settings
 
-    from tests.fakes import FakeDnsServer, RecordingServer, make_test_ca
+    from tests.fakes import FakeDnsServer, RecordingServer, SilentServer, make_test_ca
 
     _, cert, key = make_test_ca(Path(settings.QUOR_EXTRA_CA_BUNDLE).parent, ["provider.test"])
     dns_host, dns_port = settings.QUOR_EGRESS_DNS_SERVER.split(":")
@@ -100,9 +100,11 @@ def upstream_fakes():
         provider=RecordingServer("127.0.0.1", 18443, name="provider", tls=(cert, key)),
         app=RecordingServer("127.0.0.1", 18080, name="app"),
         app_on_127_0_0_2=RecordingServer("127.0.0.2", 18080, name="app-127.0.0.2"),
+        silent=SilentServer("127.0.0.1", 18444),
     )
     fakes.dns.records.update(
         {
+            "silent.test": ["127.0.0.1"],
             "provider.test": ["127.0.0.1"],
             "app.test": ["127.0.0.1"],
             "other.test": ["127.0.0.1"],
@@ -112,7 +114,7 @@ def upstream_fakes():
         }
     )
     yield fakes
-    for server in (fakes.provider, fakes.app, fakes.app_on_127_0_0_2):
+    for server in (fakes.provider, fakes.app, fakes.app_on_127_0_0_2, fakes.silent):
         server.close()
     fakes.dns.close()
 

@@ -145,3 +145,25 @@ class RecordingServer:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+class SilentServer:
+    """Accepts TCP connections and never says a word: an upstream that never
+    answers the TLS handshake."""
+
+    def __init__(self, host: str, port: int):
+        self.sock = socket.create_server((host, port))
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                self.held.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        self.sock.close()
+        for connection in self.held:
+            connection.close()

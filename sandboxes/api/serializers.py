@@ -55,7 +55,7 @@ class ExecRequestSerializer(StrictSerializer):
     env = serializers.DictField(
         child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False
     )
-    timeout = serializers.FloatField(required=False, min_value=0.001)
+    timeout = serializers.FloatField(required=False, min_value=1)
 
 
 class ExecResultSerializer(serializers.Serializer):

@@ -286,3 +286,25 @@ def test_requests_without_a_placeholder_pass_unchanged():
     prepared = prepare_request(context(), destination, {"authorization": "Bearer users-own-token"})
     assert prepared.set_headers == {}
     assert prepared.credential_kind is None
+
+
+@pytest.mark.django_db
+def test_old_egress_decisions_are_deleted_after_the_retention_period(settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from egress.models import EgressDecision
+    from egress.services import egress_decisions_delete_old
+
+    now = timezone.now()
+    for age in (settings.QUOR_EGRESS_AUDIT_RETENTION_DAYS + 1, 1):
+        EgressDecision.objects.create(
+            created_at=now - timedelta(days=age),
+            method="GET",
+            host="example.com",
+            outcome="forwarded",
+        )
+    assert egress_decisions_delete_old() == 1
+    assert egress_decisions_delete_old() == 0
+    assert EgressDecision.objects.count() == 1

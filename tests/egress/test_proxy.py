@@ -354,3 +354,67 @@ def test_the_sandbox_trusts_the_quor_ca_but_never_holds_its_key(sandbox, owner):
         argv=["sh", "-c", f"grep -rlF '{key_line}' / 2>/dev/null | grep -v '^/proc' | head"],
     )
     assert search.stdout == b""
+
+
+def test_an_upstream_that_never_answers_tls_does_not_stall_others(
+    sandbox, owner, org, upstream_fakes
+):
+    factories.make_provider(
+        org, kind=ModelProvider.Kind.OPENAI, base_url="https://silent.test:18444", api_key="sk-x"
+    )
+    time.sleep(2.5)
+    script = r"""
+import base64, http.client, os, ssl, threading, time, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+auth = "Basic " + base64.b64encode(f"{urllib.parse.unquote(proxy.username)}:{urllib.parse.unquote(proxy.password)}".encode()).decode()
+def hang():
+    conn = http.client.HTTPSConnection(proxy.hostname, proxy.port, timeout=30, context=ssl.create_default_context())
+    conn.set_tunnel("silent.test", 18444, headers={"Proxy-Authorization": auth})
+    try:
+        conn.request("GET", "/")
+    except Exception:
+        pass
+for _ in range(3):
+    threading.Thread(target=hang, daemon=True).start()
+time.sleep(1)
+started = time.monotonic()
+conn = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=10)
+conn.request("GET", "http://app.test:18080/fast", headers={"Proxy-Authorization": auth})
+print(conn.getresponse().status, round(time.monotonic() - started, 3))
+"""
+    result = services.sandbox_exec(user=owner, argv=["python3", "-c", script], timeout_s=60)
+    status, seconds = result.stdout.decode().split()
+    assert status == "200"
+    assert float(seconds) < 2
+    assert len(upstream_fakes.silent.held) >= 3  # the proxy really was stuck upstream
+
+
+def test_egress_check_reports_the_decision_the_proxy_would_take(sandbox, owner, capsys):
+    from django.core.management import call_command
+
+    for url, expected in [
+        (
+            "https://provider.test:18443/v1/messages",
+            {"decision": "intercept", "credential": "anthropic"},
+        ),
+        ("http://app.test:18080/", {"decision": "forward", "credential": None}),
+        ("http://private.test/", {"decision": "blocked", "code": "egress.private_destination"}),
+    ]:
+        call_command("egress_check", "--user", owner.email, url)
+        answer = json.loads(capsys.readouterr().out)
+        assert {k: answer[k] for k in expected} == expected, answer
+    assert PROVIDER_KEY not in json.dumps(answer)
+
+
+def test_the_proxy_reports_ready_once_it_knows_the_sandboxes(egress_proxy, capsys):
+    from django.core.management import call_command
+
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            call_command("egress_ready")
+            break
+        except SystemExit:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+    assert "egress proxy: ready on 10.232.0.1:18899" in capsys.readouterr().out

@@ -81,3 +81,20 @@ def test_an_empty_token_name_is_refused(client_for, owner):
     assert response.status_code == 400
     assert response.json()["error"]["fields"]["name"]
     assert ApiToken.objects.filter(user=owner).count() == 1  # only the client's own token
+
+
+@pytest.mark.django_db
+def test_an_unexpected_api_error_is_a_500_in_the_error_format(client_for, owner, monkeypatch):
+    from quor import selectors
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(selectors, "models_available_to", broken)
+    client = client_for(owner)
+    client.raise_request_exception = False
+    response = client.get("/api/v1/models/")
+    assert response.status_code == 500
+    assert response.json() == {
+        "error": {"code": "server_error", "message": "Something went wrong on our side."}
+    }

@@ -82,3 +82,19 @@ def test_sandboxes_without_recent_activity_become_idle_once(owner, colleague):
     stale.refresh_from_db()
     fresh.refresh_from_db()
     assert (stale.state, fresh.state) == (Sandbox.State.IDLE, Sandbox.State.RUNNING)
+
+
+@pytest.mark.django_db
+def test_an_unexpected_failure_while_starting_is_recorded_not_left_provisioning(owner, monkeypatch):
+    from sandboxes.backends.docker import DockerBackend
+
+    def broken(self, spec):
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(DockerBackend, "ensure", broken)
+    monkeypatch.setattr(DockerBackend, "prepare_network", lambda self: "10.232.0.1")
+    with pytest.raises(KeyError):
+        services.sandbox_ensure(user=owner)
+    sandbox = Sandbox.objects.get(user=owner)
+    assert sandbox.state == Sandbox.State.FAILED
+    assert "surprise" in sandbox.failure_reason

@@ -1,0 +1,673 @@
+#!/usr/bin/env python3
+"""Egress proxy throughput and latency: Quor's proxy against a bare proxy.py.
+
+    .venv/bin/python bench/egress.py [--seconds 5] [--warmup 1] [--concurrency 1,50]
+
+Starts on this host a fast upstream (asyncio: plain HTTP, and HTTPS with a test-CA
+certificate), the fake DNS server of the tests, and Quor's egress proxy
+(`manage.py run_egress_proxy`) on the bench sandbox bridge; makes an org, a user, an
+Anthropic-kind model provider pointing at the HTTPS upstream and the user's sandbox;
+then runs a small load generator (stdlib, one thread and one connection per
+concurrent client) INSIDE the sandbox through the proxy, for each mode at each
+concurrency. Then it stops Quor's proxy, starts a bare proxy.py (`--threaded`, no
+plugin) on the same address and port, and measures the same modes from the same
+sandbox. "Direct" (no proxy) can only be measured from the host: the sandbox's
+firewall lets it reach nothing but the proxy port.
+
+Prints one table (requests/s, median and p99 latency, errors, proxy CPU per request,
+client CPU) and the two ratios the targets ask for. Own database (quor_bench, created
+and migrated if missing, left in place), Redis db 4, deployment "bench", subnet
+10.233.0.0/24, ports 28000-28999 and 25353; removes the processes and the sandbox it
+made. Logs of the proxies: /tmp/quor-bench/*.log.
+"""
+
+import argparse
+import contextlib
+import ipaddress
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+WORK = Path("/tmp/quor-bench")  # noqa: S108  (the bench's own scratch directory)
+DATABASE = "quor_bench"
+SUBNET = "10.233.0.0/24"
+GATEWAY = str(next(ipaddress.ip_network(SUBNET).hosts()))
+PROXY_PORT = 28899
+DNS_ADDRESS = ("127.0.0.1", 25353)
+APP_HOST, APP_PORT = "app.bench", 28080  # plain HTTP
+PROVIDER_HOST, PROVIDER_PORT = "provider.bench", 28443  # HTTPS, a credential route
+TUNNEL_HOST, TUNNEL_PORT = "tunnel.bench", 28444  # HTTPS, not a route: tunneled
+PROVIDER_KEY = "sk-bench-provider-key-not-a-real-one"
+BENCH_EMAIL = "egress-bench@bench.test"
+
+# Forced, not defaulted: an inherited test or dev environment must never leak in.
+os.environ.update(
+    {
+        "DJANGO_SETTINGS_MODULE": "quor.settings",
+        "QUOR_DEBUG": "1",
+        "QUOR_DEPLOYMENT": "bench",
+        "QUOR_SANDBOX_SUBNET": SUBNET,
+        "QUOR_EGRESS_PROXY_PORT": str(PROXY_PORT),
+        "DATABASE_URL": f"postgresql:///{DATABASE}",
+        "REDIS_URL": "redis://127.0.0.1:6379/4",
+        "QUOR_EGRESS_CA_DIR": str(WORK / "egress-ca"),
+        "QUOR_EXTRA_CA_BUNDLE": str(WORK / "upstream-ca.crt"),
+        "QUOR_EGRESS_DNS_SERVER": "{}:{}".format(*DNS_ADDRESS),
+        "QUOR_EGRESS_PRIVATE_ALLOWLIST": ",".join(
+            f"{host}:{port}"
+            for host, port in [
+                (APP_HOST, APP_PORT),
+                (PROVIDER_HOST, PROVIDER_PORT),
+                (TUNNEL_HOST, TUNNEL_PORT),
+            ]
+        ),
+        "QUOR_SANDBOX_API_URL": "http://127.0.0.1:28000",
+    }
+)
+
+# --- the load generator: stdlib only, the same script on the host and in the sandbox -------
+
+GENERATOR = r"""
+import base64, json, os, socket, ssl, sys, threading, time, urllib.parse
+
+cfg = json.loads(sys.argv[1])
+host, port = cfg["target"]          # what the request names: CONNECT target or absolute URL
+tls_name = cfg.get("tls_name")      # None: plain HTTP; else the TLS server name
+keepalive = cfg["keepalive"]
+auth = b""
+proxy = cfg.get("proxy")            # None (direct to cfg["connect"]) or "env" (HTTP_PROXY)
+if proxy == "env":
+    url = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+    proxy = (url.hostname, url.port)
+    pair = urllib.parse.unquote(url.username) + ":" + urllib.parse.unquote(url.password)
+    auth = b"Proxy-Authorization: Basic " + base64.b64encode(pair.encode()) + b"\r\n"
+address = proxy or tuple(cfg["connect"])
+extra = b"".join(
+    f"{name}: {os.environ[value[5:]] if value.startswith('$ENV:') else value}\r\n".encode()
+    for name, value in cfg.get("headers", [])
+)
+authority = f"{host}:{port}"
+if tls_name:
+    request = f"GET /v1/bench HTTP/1.1\r\nHost: {tls_name}:{port}\r\n".encode() + extra + b"\r\n"
+    connect_request = (
+        f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n".encode() + auth + b"\r\n"
+    )
+    context = (
+        ssl.create_default_context(cadata=cfg["cadata"])
+        if cfg.get("cadata") else ssl.create_default_context()
+    )
+elif proxy:
+    request = (
+        f"GET http://{authority}/v1/bench HTTP/1.1\r\nHost: {authority}\r\n".encode()
+        + auth + extra + b"\r\n"
+    )
+else:
+    request = f"GET /v1/bench HTTP/1.1\r\nHost: {authority}\r\n".encode() + extra + b"\r\n"
+
+
+def read_head(sock, buf):
+    while True:
+        end = buf.find(b"\r\n\r\n")
+        if end >= 0:
+            return buf[: end + 4], buf[end + 4 :]
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("connection closed before a response")
+        buf += chunk
+
+
+def connect():
+    sock = socket.create_connection(address, timeout=10)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if tls_name:
+        if proxy:
+            sock.sendall(connect_request)
+            head, rest = read_head(sock, b"")
+            if head.split(b" ", 2)[1] != b"200":
+                sock.close()
+                raise ConnectionError("CONNECT answered " + repr(head[:300]))
+        sock = context.wrap_socket(sock, server_hostname=tls_name)
+    return sock
+
+
+def exchange(sock, buf):
+    sock.sendall(request)
+    head, buf = read_head(sock, buf)
+    lower = head.lower()
+    at = lower.find(b"\r\ncontent-length:")
+    length = int(lower[at + 17 : lower.find(b"\r\n", at + 2)]) if at >= 0 else 0
+    while len(buf) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("connection closed in the body")
+        buf += chunk
+    if head[9:12] != b"200":
+        raise RuntimeError(repr(head[:200]) + " " + repr(buf[:length][:200]))
+    return buf[length:]
+
+
+launched = time.perf_counter()
+window_start = launched + cfg["warmup"]
+window_end = window_start + cfg["seconds"]
+results = []
+
+
+def worker():
+    latencies, connects, messages = [], [], []
+    errors = total = 0
+    sock, buf = None, b""
+    while time.perf_counter() < window_end:
+        began = None
+        try:
+            if sock is None:
+                began = time.perf_counter()
+                sock, buf = connect(), b""
+                if began >= window_start:
+                    connects.append(time.perf_counter() - began)
+            sent = time.perf_counter()
+            buf = exchange(sock, buf)
+            done = time.perf_counter()
+            total += 1
+            started = sent if keepalive else began
+            if started >= window_start and done <= window_end:
+                latencies.append(done - started)
+            if not keepalive:
+                sock.close()
+                sock = None
+        except Exception as exc:
+            if time.perf_counter() >= window_start:
+                errors += 1
+                if len(messages) < 3:
+                    messages.append(f"{type(exc).__name__}: {exc}"[:400])
+            if sock is not None:
+                sock.close()
+            sock = None
+            time.sleep(0.05)
+    if sock is not None:
+        sock.close()
+    results.append((latencies, connects, errors, total, messages))
+
+
+threads = [threading.Thread(target=worker, daemon=True) for _ in range(cfg["concurrency"])]
+for thread in threads:
+    thread.start()
+time.sleep(max(0.0, window_start - time.perf_counter()))
+cpu_start = os.times()
+time.sleep(max(0.0, window_end - time.perf_counter()))
+cpu_end = os.times()
+for thread in threads:
+    thread.join(timeout=max(0.1, window_end + 15 - time.perf_counter()))
+latencies = sorted(x for r in results for x in r[0])
+connects = sorted(x for r in results for x in r[1])
+
+
+def percentile(values, q):
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))] if values else None
+
+
+cpu = (cpu_end.user - cpu_start.user) + (cpu_end.system - cpu_start.system)
+print(json.dumps({
+    "count": len(latencies),
+    "seconds": cfg["seconds"],
+    "median": percentile(latencies, 0.5),
+    "p99": percentile(latencies, 0.99),
+    "connect_median": percentile(connects, 0.5),
+    "errors": sum(r[2] for r in results),
+    "total": sum(r[3] for r in results),
+    "messages": [m for r in results for m in r[4]][:5],
+    "stuck_threads": sum(t.is_alive() for t in threads),
+    "client_cpu": cpu / cfg["seconds"],
+}), flush=True)
+os._exit(0)
+"""
+
+# --- the upstream: its own process, so its CPU and its GIL are its own --------------------
+
+RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n"
+SEEN, KEY_OK, KEY_OTHER = range(3)
+
+
+def serve_upstreams(cert: Path, key: Path, counters, ready) -> None:
+    """Plain HTTP on APP_PORT, HTTPS on PROVIDER_PORT and TUNNEL_PORT (one certificate
+    for both names), keep-alive, a fixed 3-byte body; and the fake DNS server. Counts
+    requests and what arrived in x-api-key."""
+    import asyncio
+    import ssl
+
+    from tests.fakes import FakeDnsServer
+
+    dns = FakeDnsServer(*DNS_ADDRESS)
+    dns.records.update({name: ["127.0.0.1"] for name in (APP_HOST, PROVIDER_HOST, TUNNEL_HOST)})
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(str(cert), str(key))
+    key_marker = b"\r\nx-api-key:"
+
+    async def handle(reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lower = head.lower()
+                at = lower.find(b"\r\ncontent-length:")
+                if at >= 0:
+                    await reader.readexactly(int(lower[at + 17 : lower.find(b"\r\n", at + 2)]))
+                counters[SEEN] += 1
+                at = lower.find(key_marker)
+                if at >= 0:
+                    value = head[at + len(key_marker) : head.find(b"\r\n", at + 2)].strip()
+                    counters[KEY_OK if value == PROVIDER_KEY.encode() else KEY_OTHER] += 1
+                writer.write(RESPONSE)
+                if writer.transport.get_write_buffer_size() > 1 << 16:
+                    await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    async def main():
+        servers = [
+            await asyncio.start_server(handle, "127.0.0.1", APP_PORT, backlog=1024),
+            await asyncio.start_server(handle, "127.0.0.1", PROVIDER_PORT, ssl=tls, backlog=1024),
+            await asyncio.start_server(handle, "127.0.0.1", TUNNEL_PORT, ssl=tls, backlog=1024),
+        ]
+        ready.set()
+        await asyncio.gather(*(server.serve_forever() for server in servers))
+
+    asyncio.run(main())
+
+
+# --- processes ------------------------------------------------------------------------------
+
+
+def process_group_cpu(pgid: int) -> float:
+    """CPU seconds (user + system) of every live process in the group."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
+def pid_cpu(pid: int) -> float:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def port_open(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+class Proxy:
+    """A proxy process in its own process group (proxy.py forks its acceptors)."""
+
+    def __init__(self, name: str, argv: list[str]):
+        self.name = name
+        self.log = WORK / f"{name}.log"
+        with open(self.log, "wb") as output:
+            self.process = subprocess.Popen(  # noqa: S603
+                argv,
+                cwd=ROOT,
+                env=os.environ.copy(),
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.started_at = time.time()
+
+    def wait_listening(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not port_open(GATEWAY, PROXY_PORT):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"{self.name} did not start: see {self.log}")
+            time.sleep(0.1)
+
+    def cpu(self) -> float:
+        return process_group_cpu(self.process.pid)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        # The acceptors may outlive the main process: end the rest of the group.
+        deadline = time.monotonic() + 10
+        while process_group_alive(self.process.pid):
+            signal_number = signal.SIGTERM if time.monotonic() < deadline else signal.SIGKILL
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal_number)
+            time.sleep(0.2)
+        while port_open(GATEWAY, PROXY_PORT):
+            time.sleep(0.1)
+
+
+def process_group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def ensure_database() -> None:
+    query = f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"  # noqa: S608
+    found = subprocess.run(  # noqa: S603
+        ["psql", "-d", "postgres", "-tAc", query],  # noqa: S607
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if found != "1":
+        createdb = ["createdb", DATABASE]
+        if os.geteuid() == 0:
+            createdb = ["runuser", "-u", "postgres", "--", "createdb", "-O", "root", DATABASE]
+        subprocess.run(createdb, check=True)  # noqa: S603
+
+
+# --- measuring ---------------------------------------------------------------------------
+
+
+def run_generator(cfg: dict, *, in_sandbox_of=None) -> dict:
+    timeout = int(cfg["warmup"] + cfg["seconds"] + 30)
+    argv = ["python3", "-c", GENERATOR, json.dumps(cfg)]
+    if in_sandbox_of is not None:
+        from sandboxes import services
+
+        result = services.sandbox_exec(user=in_sandbox_of, argv=argv, timeout_s=timeout)
+        code, out, err = result.exit_code, result.stdout, result.stderr
+    else:
+        argv[0] = sys.executable
+        result = subprocess.run(argv, capture_output=True, timeout=timeout + 10)  # noqa: S603
+        code, out, err = result.returncode, result.stdout, result.stderr
+    if code != 0:
+        raise SystemExit(f"the load generator failed ({code}): {err.decode(errors='replace')}")
+    return json.loads(out.decode().strip().splitlines()[-1])
+
+
+def ms(seconds) -> str:
+    return "—" if seconds is None else f"{seconds * 1000:.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5, help="measured seconds per run")
+    parser.add_argument("--warmup", type=float, default=1, help="unmeasured seconds first")
+    parser.add_argument("--concurrency", default="1,50")
+    args = parser.parse_args()
+    levels = [int(c) for c in args.concurrency.split(",")]
+    began = time.monotonic()
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    ensure_database()
+    from tests.fakes import make_test_ca
+
+    upstream_ca, cert, key = make_test_ca(WORK, [PROVIDER_HOST, TUNNEL_HOST])
+    upstream_ca_pem = upstream_ca.read_text()
+    counters = multiprocessing.get_context("fork").Array("q", 3, lock=False)
+    ready = multiprocessing.get_context("fork").Event()
+    upstream = multiprocessing.get_context("fork").Process(
+        target=serve_upstreams, args=(cert, key, counters, ready), daemon=True
+    )
+    upstream.start()
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+    from django.db import connections
+
+    from egress import ca, readiness
+    from egress.models import EgressDecision
+    from quor import services as quor_services
+    from quor.models import ModelProvider, Organization, User
+    from sandboxes import services
+
+    rows = []
+    quor = bare = sandbox = None
+    try:
+        if not ready.wait(10):
+            raise SystemExit("the upstream did not start")
+
+        def measure(label, where, proxy, cfg, *, user=None):
+            cfg = {"warmup": args.warmup, "seconds": args.seconds, **cfg}
+            for concurrency in levels:
+                cfg["concurrency"] = concurrency
+                proxy_cpu = proxy.cpu() if proxy else None
+                upstream_cpu = pid_cpu(upstream.pid)
+                started = time.monotonic()
+                result = run_generator(cfg, in_sandbox_of=user)
+                wall = time.monotonic() - started
+                result.update(
+                    label=label,
+                    where=where,
+                    concurrency=concurrency,
+                    keepalive=cfg["keepalive"],
+                    proxy_cpu=(proxy.cpu() - proxy_cpu) / max(result["total"], 1)
+                    if proxy
+                    else None,
+                    upstream_cpu=(pid_cpu(upstream.pid) - upstream_cpu) / wall,
+                )
+                rows.append(result)
+                print(
+                    f"  {label:<34} c={concurrency:<3} {result['count'] / args.seconds:8.0f} req/s"
+                    f"  median {ms(result['median'])} ms  errors {result['errors']}"
+                    + (f"  e.g. {result['messages'][0]}" if result["messages"] else ""),
+                    flush=True,
+                )
+
+        http = {"target": [APP_HOST, APP_PORT]}
+        tunnel = {"target": [TUNNEL_HOST, TUNNEL_PORT], "tls_name": TUNNEL_HOST}
+        tunnel.update(cadata=upstream_ca_pem)
+        injected = {
+            "target": [PROVIDER_HOST, PROVIDER_PORT],
+            "tls_name": PROVIDER_HOST,
+            "headers": [["x-api-key", "$ENV:ANTHROPIC_API_KEY"]],
+        }
+        print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
+
+        # 1. Direct, from the host (the sandbox can reach nothing but the proxy).
+        print("direct, from the host:", flush=True)
+        measure("direct http", "host", None, {
+            **http, "connect": ["127.0.0.1", APP_PORT], "keepalive": True,
+        })  # fmt: skip
+        measure("direct https", "host", None, {
+            **tunnel, "connect": ["127.0.0.1", TUNNEL_PORT], "keepalive": True,
+        })  # fmt: skip
+
+        # 2. The data Quor's proxy needs, the sandbox, and Quor's proxy.
+        organization = Organization.objects.filter(slug="egress-bench").first()
+        organization = organization or quor_services.organization_create(
+            slug="egress-bench", name="Egress bench"
+        )
+        user = User.objects.filter(email=BENCH_EMAIL).first() or quor_services.member_create(
+            email=BENCH_EMAIL, organization=organization
+        )
+        ModelProvider.objects.filter(organization=organization).delete()
+        quor_services.model_provider_create(
+            organization=organization,
+            kind=ModelProvider.Kind.ANTHROPIC,
+            display_name="Bench provider",
+            api_key=PROVIDER_KEY,
+            base_url=f"https://{PROVIDER_HOST}:{PROVIDER_PORT}",
+            model_names=["claude-bench"],
+        )
+        sandbox = services.sandbox_ensure(user=user)
+        print(f"sandbox {sandbox.pk} at {sandbox.network_address}", flush=True)
+
+        quor = Proxy("quor-proxy", [sys.executable, "manage.py", "run_egress_proxy"])
+        quor.wait_listening()
+        deadline = time.monotonic() + 30
+        while True:
+            state = readiness.readiness()
+            if state and state["at"] >= quor.started_at and state["sandboxes"] >= 1:
+                break
+            if time.monotonic() > deadline or quor.process.poll() is not None:
+                raise SystemExit(f"Quor's proxy never reported ready: see {quor.log}")
+            time.sleep(0.2)
+        print(f"Quor's proxy ready on {state['listen']}", flush=True)
+        quor_from = time.time()
+        seen_before = list(counters)
+
+        print("Quor's proxy, from the sandbox:", flush=True)
+        proxied = {"proxy": "env"}
+        measure("quor http", "sandbox", quor, {**http, **proxied, "keepalive": True}, user=user)
+        measure("quor https tunnel", "sandbox", quor, {
+            **tunnel, **proxied, "keepalive": True,
+        }, user=user)  # fmt: skip
+        measure("quor https intercepted+injected", "sandbox", quor, {
+            **injected, **proxied, "keepalive": True,
+        }, user=user)  # fmt: skip
+        measure("quor https tunnel, new conn", "sandbox", quor, {
+            **tunnel, **proxied, "keepalive": False,
+        }, user=user)  # fmt: skip
+        measure("quor https injected, new conn", "sandbox", quor, {
+            **injected, **proxied, "keepalive": False,
+        }, user=user)  # fmt: skip
+        key_ok = counters[KEY_OK] - seen_before[KEY_OK]
+        key_other = counters[KEY_OTHER] - seen_before[KEY_OTHER]
+        time.sleep(2)  # the audit thread writes every half second: let it finish
+        quor.stop()
+        quor = None
+        audit = {}
+        for outcome in EgressDecision.Outcome.values:
+            audit[outcome] = EgressDecision.objects.filter(
+                sandbox_id=sandbox.pk, created_at__gte=_aware(quor_from), outcome=outcome
+            ).count()
+        connections.close_all()
+
+        # 3. A bare proxy.py on the same address and port, from the same sandbox. It has
+        # no resolver for the fake names: the requests name the upstream by address.
+        trust = ca.write_upstream_trust(
+            ca.ensure_ca(Path(os.environ["QUOR_EGRESS_CA_DIR"])),
+            os.environ["QUOR_EXTRA_CA_BUNDLE"],
+        )
+        bare = Proxy("bare-proxy", [
+            sys.executable, "-m", "proxy", "--hostname", GATEWAY, "--port", str(PROXY_PORT),
+            "--threaded", "--num-acceptors", "2", "--ca-file", str(trust),
+            "--log-level", "ERROR",
+        ])  # fmt: skip
+        bare.wait_listening()
+        print("bare proxy.py, from the sandbox:", flush=True)
+        measure("bare http", "sandbox", bare, {
+            "target": ["127.0.0.1", APP_PORT], **proxied, "keepalive": True,
+        }, user=user)  # fmt: skip
+        bare_tunnel = {**tunnel, "target": ["127.0.0.1", TUNNEL_PORT], **proxied}
+        measure("bare https tunnel", "sandbox", bare, {**bare_tunnel, "keepalive": True}, user=user)
+        measure("bare https tunnel, new conn", "sandbox", bare, {
+            **bare_tunnel, "keepalive": False,
+        }, user=user)  # fmt: skip
+    finally:
+        for proxy in (quor, bare):
+            if proxy is not None:
+                proxy.stop()
+        if sandbox is not None:
+            services.sandbox_destroy(sandbox=sandbox)
+        upstream.terminate()
+        upstream.join(5)
+        # The bench network stays, as bench/sandbox_lifecycle.py leaves it.
+
+    report(rows, levels, audit, key_ok, key_other, time.monotonic() - began)
+
+
+def _aware(timestamp: float):
+    import datetime
+
+    return datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
+
+
+def report(rows, levels, audit, key_ok, key_other, elapsed) -> None:
+    print()
+    print(
+        "Load generator: stdlib Python, one thread and one connection per client "
+        "(keep-alive unless 'new conn', where latency includes connect + CONNECT + TLS)."
+    )
+    print(
+        "'direct' runs on the host (the sandbox's firewall allows only the proxy port); "
+        "every proxied run comes from inside the sandbox (1 CPU quota)."
+    )
+    print()
+    header = (
+        "| mode | from | clients | req/s | median ms | p99 ms | errors "
+        "| proxy CPU µs/req | client CPU | upstream CPU |"
+    )
+    print(header)
+    print("|" + " --- |" * 10)
+    for row in rows:
+        proxy_cpu = "—" if row["proxy_cpu"] is None else f"{row['proxy_cpu'] * 1e6:.0f}"
+        print(
+            f"| {row['label']} | {row['where']} | {row['concurrency']} "
+            f"| {row['count'] / row['seconds']:.0f} | {ms(row['median'])} | {ms(row['p99'])} "
+            f"| {row['errors']} | {proxy_cpu} | {row['client_cpu'] * 100:.0f}% "
+            f"| {row['upstream_cpu'] * 100:.0f}% |"
+        )
+    by = {(r["label"], r["concurrency"]): r for r in rows}
+
+    def rate(label, c):
+        return by[(label, c)]["count"] / by[(label, c)]["seconds"]
+
+    print()
+    for c in levels:
+        ratio = rate("quor https tunnel", c) / rate("bare https tunnel", c)
+        verdict = "meets" if ratio >= 0.7 else "MISSES"
+        print(
+            f"Quor/bare throughput, HTTPS tunnel, keep-alive, {c} clients: {ratio:.2f} "
+            f"({verdict} the target >= 0.7)"
+        )
+        print(
+            f"  (for information: plain HTTP {rate('quor http', c) / rate('bare http', c):.2f}, "
+            f"tunnel with a new connection per request "
+            f"{rate('quor https tunnel, new conn', c) / rate('bare https tunnel, new conn', c):.2f})"
+        )
+    for c in levels:
+        injected = by[("quor https intercepted+injected", c)]["median"]
+        against_bare = by[("bare https tunnel", c)]["median"]
+        against_direct = by[("direct https", c)]["median"]
+        added = (injected - against_bare) * 1000
+        verdict = "meets" if added < 5 else "MISSES"
+        note = " (the target applies here)" if c == min(levels) else " (queueing included)"
+        print(
+            f"Added median latency of an injected request, {c} clients{note}: "
+            f"{added:+.2f} ms against the same HTTPS request tunneled through bare proxy.py "
+            f"from the sandbox ({verdict} the target < 5 ms); "
+            f"{(injected - against_direct) * 1000:+.2f} ms against direct from the host"
+        )
+    print(
+        f"Injection check: the upstream saw the real key in {key_ok} requests and anything "
+        f"else in x-api-key in {key_other}."
+    )
+    print(
+        "Audit rows written by Quor's proxy during its runs: "
+        + ", ".join(f"{k} {v}" for k, v in audit.items())
+    )
+    print(f"Whole bench: {elapsed:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
