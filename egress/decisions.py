@@ -18,6 +18,9 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str], list[Address]]
 
 SANDBOX_PRINCIPAL = "sandbox"
+# What sandboxes call Quor's API: the proxy forwards it to the real address, which
+# sandboxes never learn (and which may be a loopback address of the host).
+API_ALIAS = ("quor-api", 80)
 SESSION_PRINCIPAL_PREFIX = "s-"
 
 
@@ -68,11 +71,19 @@ class EgressRules:
 
 @dataclass(frozen=True)
 class Destination:
+    """Where the proxy connects; `requested` is what the client asked for (they
+    differ only for the Quor API alias)."""
+
     host: str
     port: int
     addresses: tuple[str, ...]
     route: CredentialRoute | None = None
     intercept: bool = False
+    requested: tuple[str, int] | None = None
+
+    @property
+    def requested_target(self) -> tuple[str, int]:
+        return self.requested or (self.host, self.port)
 
     @property
     def pinned_address(self) -> str:
@@ -176,10 +187,12 @@ def decide_destination(
         host = parse_host(raw_host)
     except InvalidHost as exc:
         raise Refusal(400, "egress.invalid_destination", f"Not a valid host: {exc}") from None
+    if (host, port) in (API_ALIAS, rules.control_plane):
+        api_host, api_port = rules.control_plane
+        addresses = resolve_checked(api_host, resolve, check=False)
+        route = find_route(context, api_host, api_port)
+        return Destination(api_host, api_port, addresses, route, requested=(host, port))
     route = find_route(context, host, port)
-    if (host, port) == rules.control_plane:
-        addresses = resolve_checked(host, resolve, check=False)
-        return Destination(host, port, addresses, route, intercept=bool(route and route.https))
     _check_policy(context, host, route)
     allowlisted = (host, port) in rules.private_allowlist
     addresses = resolve_checked(host, resolve, check=not allowlisted)
@@ -189,6 +202,13 @@ def decide_destination(
 
 
 # --- requests inside a connection ----------------------------------------------------------
+
+
+def upstream_host_header(destination: Destination) -> str | None:
+    """The Host header the upstream expects when the client used the Quor API alias."""
+    if destination.requested is None:
+        return None
+    return _authority(destination.host, destination.port, 443 if destination.intercept else 80)
 
 
 def _authority(host: str, port: int, default_port: int) -> str:
@@ -218,9 +238,9 @@ def check_request_target(
             )
         return
     try:
-        same = request_host is not None and (parse_host(request_host), request_port) == (
-            destination.host,
-            destination.port,
+        same = request_host is not None and (parse_host(request_host), request_port) in (
+            destination.requested_target,
+            (destination.host, destination.port),
         )
     except InvalidHost:
         same = False

@@ -25,6 +25,7 @@ from egress.decisions import (
     check_request_target,
     decide_destination,
     prepare_request,
+    upstream_host_header,
 )
 from egress.directory import Directory
 from egress.models import EgressDecision
@@ -154,6 +155,8 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
             raise self._refuse(request, refusal) from None
         if request.is_https_tunnel and not self.destination.intercept:
             self._record(request, EgressDecision.Outcome.TUNNELED)
+        if (self.destination.host, self.destination.port) != self.destination.requested_target:
+            request.host, request.port = self.destination.host.encode(), self.destination.port
         return request
 
     def resolve_dns(self, host: str, port: int):
@@ -187,6 +190,9 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
             )
         except Refusal as refusal:
             raise self._refuse(request, refusal) from None
+        host_header = upstream_host_header(self.destination)
+        if host_header:
+            prepared.set_headers["host"] = host_header
         for name, value in prepared.set_headers.items():
             request.del_header(name.encode())
             request.add_header(name.encode(), value.encode())

@@ -18,7 +18,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from egress.ca import ensure_ca
-from egress.decisions import SANDBOX_PRINCIPAL, SESSION_PRINCIPAL_PREFIX
+from egress.decisions import API_ALIAS, SANDBOX_PRINCIPAL, SESSION_PRINCIPAL_PREFIX
 from quor.lib.errors import InvalidInput, QuorError
 from quor.lib.permissions import check_sandbox_access
 from sandboxes.backends import get_backend
@@ -75,7 +75,7 @@ def sandbox_environment(sandbox: Sandbox, proxy_address: str) -> dict[str, str]:
     """Placeholders stand in for every credential; the proxy swaps in the real one."""
     return {
         **proxy_environment(proxy_address, SANDBOX_PRINCIPAL, sandbox.proxy_token),
-        "QUOR_API_URL": settings.QUOR_SANDBOX_API_URL,
+        "QUOR_API_URL": f"http://{API_ALIAS[0]}",
         "QUOR_API_TOKEN": sandbox.placeholder,
         "ANTHROPIC_API_KEY": sandbox.placeholder,
         "OPENAI_API_KEY": sandbox.placeholder,

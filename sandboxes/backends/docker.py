@@ -148,9 +148,9 @@ class DockerBackend(SandboxBackend):
             "security_opt": ["no-new-privileges"],
             "read_only": True,
             "tmpfs": {
-                "/tmp": "rw,nosuid,nodev,size=1g,mode=1777",  # noqa: S108  (the sandbox's own)
+                "/tmp": "rw,exec,nosuid,nodev,size=1g,mode=1777",  # noqa: S108  (the sandbox's own)
                 "/run": "rw,nosuid,nodev,noexec,size=16m,mode=755",
-                "/home/sandbox": f"rw,nosuid,nodev,size=512m,uid={uid},gid={uid},mode=700",
+                "/home/sandbox": f"rw,exec,nosuid,nodev,size=512m,uid={uid},gid={uid},mode=700",
             },
             "mounts": [
                 Mount(target=WORKSPACE, source=self.volume_name(spec.sandbox_id), type="volume")

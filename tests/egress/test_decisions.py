@@ -308,3 +308,14 @@ def test_old_egress_decisions_are_deleted_after_the_retention_period(settings):
     assert egress_decisions_delete_old() == 1
     assert egress_decisions_delete_old() == 0
     assert EgressDecision.objects.count() == 1
+
+
+def test_the_quor_api_alias_goes_to_the_real_api_address_with_its_credential():
+    destination = decide_destination(context(), RULES, "quor-api", 80, resolve)
+    assert (destination.host, destination.port, destination.route) == ("10.0.0.5", 8000, QUOR_API)
+    check_request_target(
+        destination, request_host="quor-api", request_port=80, host_header=None, intercepted=False
+    )
+    from egress.decisions import upstream_host_header
+
+    assert upstream_host_header(destination) == "10.0.0.5:8000"

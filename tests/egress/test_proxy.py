@@ -218,7 +218,7 @@ def test_the_quor_api_gets_the_sandbox_credential_and_the_session(sandbox, owner
     session = factories.make_session(owner, sandbox=sandbox)
     steps = [
         {
-            "url": "http://127.0.0.1:18000/api/v1/runtime/whoami/",
+            "url": "http://quor-api/api/v1/runtime/whoami/",
             "headers": {"Authorization": "Bearer $QUOR_API_TOKEN"},
         }
     ]
@@ -287,7 +287,7 @@ def test_network_policies(sandbox, owner, policy, app_status, provider_status):
     app, provider_result, api = through_proxy(owner, [
         {"url": "http://app.test:18080/"},
         {"tunnel": ["provider.test", 18443], "url": "/", "headers": {"x-api-key": "$ANTHROPIC_API_KEY"}},
-        {"url": "http://127.0.0.1:18000/api/v1/runtime/whoami/", "headers": {"Authorization": "Bearer $QUOR_API_TOKEN"}},
+        {"url": "http://quor-api/api/v1/runtime/whoami/", "headers": {"Authorization": "Bearer $QUOR_API_TOKEN"}},
     ])  # fmt: skip
     assert (app["status"], provider_result["status"], api["status"]) == (
         app_status,
