@@ -1,3 +1,5 @@
 """WebSocket routes of every app, gathered for the ASGI application."""
 
-websocket_urlpatterns: list = []
+from sandboxes.routing import websocket_urlpatterns as sandbox_routes
+
+websocket_urlpatterns = [*sandbox_routes]

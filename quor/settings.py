@@ -162,7 +162,10 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "default"
-CELERY_TASK_ROUTES = {"sandboxes.tasks.*": {"queue": "sandboxes"}}
+CELERY_TASK_ROUTES = {
+    "sandboxes.tasks.run_agent_turn": {"queue": "agents"},
+    "sandboxes.tasks.*": {"queue": "sandboxes"},
+}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
@@ -214,6 +217,11 @@ QUOR_EGRESS_AUDIT_RETENTION_DAYS = envint("QUOR_EGRESS_AUDIT_RETENTION_DAYS", 30
 # Extra CA certificates trusted besides the public CAs: by the sandbox image and by
 # the proxy when it verifies upstream servers (for TLS-inspecting corporate proxies).
 QUOR_EXTRA_CA_BUNDLE = env("QUOR_EXTRA_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
+# Longest an agent turn may run, in seconds; most model calls and tool steps it takes.
+QUOR_AGENT_TURN_TIMEOUT = envint("QUOR_AGENT_TURN_TIMEOUT", 3600)
+QUOR_AGENT_MAX_STEPS = envint("QUOR_AGENT_MAX_STEPS", 30)
+# Largest prompt or follow-up message, in characters.
+QUOR_MAX_PROMPT_CHARS = envint("QUOR_MAX_PROMPT_CHARS", 100_000)
 # Largest file upload into a workspace, in bytes (uploads are streamed, not buffered).
 QUOR_MAX_UPLOAD_BYTES = envint("QUOR_MAX_UPLOAD_BYTES", 100 * 1024 * 1024)
 

@@ -34,3 +34,7 @@ def get_sandbox_for_user(user):
     if sandbox is None:
         raise NotFound("You have no sandbox yet.")
     return sandbox
+
+
+def events_after(session: Session, after: int, limit: int = 1000):
+    return list(session.events.filter(seq__gt=after).order_by("seq")[:limit])

@@ -71,6 +71,33 @@ def proxy_environment(proxy_address: str, principal: str, token: str) -> dict[st
     }  # fmt: skip
 
 
+def session_proxy_environment(session: Session) -> dict[str, str]:
+    """Proxy settings carrying the session's own identity, for its commands."""
+    proxy_address = get_backend(session.sandbox.backend).prepare_network()
+    principal = f"{SESSION_PRINCIPAL_PREFIX}{session.pk}"
+    return proxy_environment(proxy_address, principal, session.proxy_token)
+
+
+def stop_agent_process(*, session: Session) -> None:
+    """SIGTERM to the session's agent runtime, if it runs (the pattern is anchored so it
+    matches the runtime only, not this command's own wrapper)."""
+    sandbox = session.sandbox
+    if sandbox.state not in (Sandbox.State.RUNNING, Sandbox.State.IDLE):
+        return
+    pattern = f"^python3 /opt/quor/agent.py --session-id {session.pk}"
+    try:
+        get_backend(sandbox.backend).exec(
+            str(sandbox.pk),
+            ["pkill", "-TERM", "-f", pattern],
+            cwd=WORKSPACE,
+            env={},
+            timeout_s=10,
+            output_limit=4096,
+        )
+    except (RuntimeMissing, BackendError):
+        return  # no runtime, no agent to stop
+
+
 def sandbox_environment(sandbox: Sandbox, proxy_address: str) -> dict[str, str]:
     """Placeholders stand in for every credential; the proxy swaps in the real one."""
     return {
@@ -229,7 +256,7 @@ def session_workspace_ensure(*, session: Session) -> str:
     path = session_workspace(session)
     result = get_backend(sandbox.backend).exec(
         str(sandbox.pk),
-        ["mkdir", "-p", "-m", "700", path],
+        ["mkdir", "-p", "-m", "700", path, f"{path}/.quor"],
         cwd=WORKSPACE,
         env={},
         timeout_s=30,
@@ -321,9 +348,7 @@ def sandbox_exec(
     env = dict(request.env)
     if session is not None:
         session_workspace_ensure(session=session)
-        backend = get_backend(sandbox.backend)
-        principal = f"{SESSION_PRINCIPAL_PREFIX}{session.pk}"
-        env.update(proxy_environment(backend.prepare_network(), principal, session.proxy_token))
+        env.update(session_proxy_environment(session))
     try:
         return get_backend(sandbox.backend).exec(
             str(sandbox.pk),

@@ -20,3 +20,10 @@ def ensure_sandbox(sandbox_id: str) -> None:
 @shared_task
 def mark_idle_sandboxes() -> None:
     services.sandboxes_mark_idle()
+
+
+@shared_task
+def run_agent_turn(session_id: str) -> None:
+    from sandboxes.sessions import session_run_turn
+
+    session_run_turn(session_id=session_id)

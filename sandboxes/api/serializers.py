@@ -85,3 +85,24 @@ class RuntimeIdentitySerializer(serializers.Serializer):
     sandbox = serializers.UUIDField()
     user = serializers.EmailField()
     session = serializers.UUIDField(allow_null=True)
+
+
+class SessionCreateSerializer(StrictSerializer):
+    prompt = serializers.CharField(trim_whitespace=False)
+    model = serializers.CharField(help_text="An id from /api/v1/models/.")
+    title = serializers.CharField(required=False, allow_blank=True, max_length=200)
+
+
+class MessageSerializer(StrictSerializer):
+    text = serializers.CharField(trim_whitespace=False)
+
+
+class AgentEventSerializer(serializers.Serializer):
+    seq = serializers.IntegerField()
+    kind = serializers.CharField()
+    payload = serializers.JSONField()
+    created_at = serializers.DateTimeField()
+
+
+class RuntimeEventsSerializer(StrictSerializer):
+    events = serializers.ListField(child=serializers.JSONField(), allow_empty=False)

@@ -10,6 +10,11 @@ urlpatterns = [
     path("sandbox/", views.MySandboxView.as_view(), name="api-my-sandbox"),
     path("runtime/whoami/", views.RuntimeWhoAmIView.as_view(), name="api-runtime-whoami"),
     path(
+        "runtime/sessions/<str:session_id>/events/",
+        views.RuntimeSessionEventsView.as_view(),
+        name="api-runtime-session-events",
+    ),
+    path(
         "sessions/<str:session_id>/exec/", views.SessionExecView.as_view(), name="api-session-exec"
     ),
     path(

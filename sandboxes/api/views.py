@@ -2,22 +2,27 @@ from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status, viewsets
+from rest_framework.decorators import action
 from rest_framework.parsers import BaseParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from quor.lib.errors import InvalidInput, QuorError
-from sandboxes import selectors, services
+from quor.lib.errors import InvalidInput, NotFound, QuorError
+from sandboxes import selectors, services, sessions
 from sandboxes.api.authentication import SandboxCredentialAuthentication
 from sandboxes.api.serializers import (
     REFUSED_SANDBOX_OPTIONS,
+    AgentEventSerializer,
     ExecRequestSerializer,
     ExecResultSerializer,
     FileEntrySerializer,
+    MessageSerializer,
+    RuntimeEventsSerializer,
     RuntimeIdentitySerializer,
     SandboxRequestSerializer,
     SandboxSerializer,
+    SessionCreateSerializer,
     SessionSerializer,
 )
 from sandboxes.selectors import is_uuid
@@ -36,6 +41,50 @@ class SessionViewSet(viewsets.ViewSet):
     def retrieve(self, request, pk=None):
         session = selectors.get_session_for_user(request.user, pk)
         return Response(SessionSerializer(session).data)
+
+    @extend_schema(request=SessionCreateSerializer, responses={201: SessionSerializer})
+    def create(self, request):
+        """Starts a session: the agent works on the prompt in the user's sandbox."""
+        serializer = SessionCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        session = sessions.session_create(user=request.user, **serializer.validated_data)
+        return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        parameters=[SESSION_ID], request=MessageSerializer, responses={202: SessionSerializer}
+    )
+    @action(detail=True, methods=["post"])
+    def messages(self, request, pk=None):
+        """A follow-up message: the agent continues the same conversation."""
+        session = selectors.get_session_for_user(request.user, pk)
+        serializer = MessageSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        session = sessions.session_message(
+            user=request.user, session=session, text=serializer.validated_data["text"]
+        )
+        return Response(SessionSerializer(session).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(parameters=[SESSION_ID], request=None, responses=SessionSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        session = selectors.get_session_for_user(request.user, pk)
+        session = sessions.session_cancel(user=request.user, session=session)
+        return Response(SessionSerializer(session).data)
+
+    @extend_schema(
+        parameters=[
+            SESSION_ID,
+            OpenApiParameter("after", OpenApiTypes.INT, OpenApiParameter.QUERY),
+        ],
+        responses=AgentEventSerializer(many=True),
+    )
+    @action(detail=True, methods=["get"])
+    def events(self, request, pk=None):
+        """The session's events after seq `after`, in order (at most 1000 per call)."""
+        session = selectors.get_session_for_user(request.user, pk)
+        after = _non_negative_int(request.query_params.get("after", "0"), "after")
+        events = selectors.events_after(session, after)
+        return Response(AgentEventSerializer(events, many=True).data)
 
 
 class MySandboxView(APIView):
@@ -166,3 +215,29 @@ class RuntimeWhoAmIView(APIView):
                 }
             ).data
         )
+
+
+def _non_negative_int(value: str, name: str) -> int:
+    if not value.isdigit():
+        raise InvalidInput(f"{name} must be a non-negative integer.", code="invalid_input")
+    return int(value)
+
+
+class RuntimeSessionEventsView(APIView):
+    """Sandbox-facing: the agent runtime reports its events here."""
+
+    authentication_classes = [SandboxCredentialAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(parameters=[SESSION_ID], request=RuntimeEventsSerializer, responses=None)
+    def post(self, request, session_id):
+        sandbox = request.auth
+        session = sandbox.sessions.filter(pk=session_id).first() if is_uuid(session_id) else None
+        if session is None:
+            raise NotFound("No such session in this sandbox.")
+        serializer = RuntimeEventsSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        last_seq = sessions.session_events_report(
+            session=session, events=serializer.validated_data["events"]
+        )
+        return Response({"last_seq": last_seq})

@@ -418,3 +418,23 @@ def test_the_proxy_reports_ready_once_it_knows_the_sandboxes(egress_proxy, capsy
             assert time.monotonic() < deadline
             time.sleep(0.5)
     assert "egress proxy: ready on 10.232.0.1:18899" in capsys.readouterr().out
+
+
+def test_the_proxy_logs_never_contain_a_credential(sandbox, owner, upstream_fakes):
+    from pathlib import Path
+
+    through_proxy(
+        owner,
+        [
+            {
+                "tunnel": ["provider.test", 18443],
+                "url": "/v1/messages",
+                "headers": {"x-api-key": "$ANTHROPIC_API_KEY"},
+            }
+        ],
+    )
+    assert upstream_fakes.provider.requests[-1]["headers"]["x-api-key"] == PROVIDER_KEY
+    log = Path("/tmp/quor-test/egress-proxy.log").read_text()
+    assert PROVIDER_KEY not in log
+    sandbox.refresh_from_db()
+    assert sandbox.proxy_token not in log

@@ -186,5 +186,7 @@ def test_a_missing_image_fails_the_sandbox_with_a_clear_reason(owner, egress_pro
 
 def test_programs_can_run_from_tmp_and_home_for_virtualenvs(running_sandbox, owner):
     for place in ("/tmp/venv", "/home/sandbox/venv"):
-        made = run(owner, ["sh", "-c", f"python3 -m venv {place} && {place}/bin/python -c 'print(42)'"])
+        made = run(
+            owner, ["sh", "-c", f"python3 -m venv {place} && {place}/bin/python -c 'print(42)'"]
+        )
         assert made.stdout == b"42\n", made.stderr

@@ -1,0 +1,65 @@
+"""The live event stream of a session, over WebSocket: /ws/sessions/<id>/?after=SEQ.
+
+Everything after SEQ is sent first, then live events, in order, without gaps or
+duplicates: the consumer joins the session's group before reading the backlog, and
+fills any gap from the database (the truth) when a live event skips ahead.
+"""
+
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from quor.lib.errors import QuorError
+from sandboxes import selectors
+from sandboxes.sessions import serialize_event, session_group
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_NOT_FOUND = 4404
+
+
+class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
+    async def connect(self):
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        try:
+            self.session = await database_sync_to_async(selectors.get_session_for_user)(
+                user, self.scope["url_route"]["kwargs"]["session_id"]
+            )
+        except QuorError:
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        after = query.get("after", ["0"])[0]
+        self.last_seq = int(after) if after.isdigit() else 0
+        self.group = session_group(self.session.pk)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        await self.send_from_database()
+
+    async def disconnect(self, code):
+        if hasattr(self, "group"):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def send_from_database(self):
+        while True:
+            events = await database_sync_to_async(selectors.events_after)(
+                self.session, self.last_seq
+            )
+            for event in events:
+                await self.send_json(serialize_event(event))
+                self.last_seq = event.seq
+            if len(events) < 1000:
+                return
+
+    async def agent_events(self, message):
+        for event in message["events"]:
+            if event["seq"] <= self.last_seq:
+                continue  # already sent from the backlog
+            if event["seq"] > self.last_seq + 1:
+                await self.send_from_database()  # a gap: the database has it
+                continue
+            await self.send_json(event)
+            self.last_seq = event["seq"]

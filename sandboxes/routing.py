@@ -1,0 +1,7 @@
+from django.urls import path
+
+from sandboxes.consumers import SessionEventsConsumer
+
+websocket_urlpatterns = [
+    path("ws/sessions/<str:session_id>/", SessionEventsConsumer.as_asgi()),
+]

@@ -1,0 +1,252 @@
+"""Sessions and their agent: creating them, follow-ups, cancelling, and the events
+the agent reports. Each event is stored (with the next seq of its session) before
+it is published to the session's viewers."""
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from quor.lib.errors import Conflict, InvalidInput
+from quor.lib.permissions import check_model_access, check_sandbox_access
+from sandboxes.models import AgentEvent, Session
+
+# Kinds the agent runtime may report, and the session status each one leaves behind.
+RUNTIME_EVENT_KINDS = {
+    "assistant_text_delta": None,
+    "assistant_text": None,
+    "tool_call": None,
+    "tool_result": None,
+    "file_changed": None,
+    "error": Session.Status.FAILED,
+    "turn_finished": Session.Status.WAITING,
+}
+OPEN_STATUSES = (Session.Status.PENDING, Session.Status.RUNNING)
+MAX_EVENTS_PER_REPORT = 1000
+
+
+def session_group(session_id) -> str:
+    return f"session-{session_id}"
+
+
+def serialize_event(event: AgentEvent) -> dict:
+    return {
+        "seq": event.seq,
+        "kind": event.kind,
+        "payload": event.payload,
+        "created_at": event.created_at.isoformat(),
+    }
+
+
+def _publish(session_id, events: list[dict]) -> None:
+    layer = get_channel_layer()
+    async_to_sync(layer.group_send)(
+        session_group(session_id), {"type": "agent.events", "events": events}
+    )
+
+
+def session_events_append(*, session: Session, events: list[tuple[str, dict]]) -> list[AgentEvent]:
+    """Stores events with consecutive seqs (the session row lock orders concurrent
+    writers), then publishes them once the transaction has committed."""
+    with transaction.atomic():
+        Session.objects.select_for_update().filter(pk=session.pk).first()
+        last = session.events.aggregate(last=Max("seq"))["last"] or 0
+        stored = AgentEvent.objects.bulk_create(
+            AgentEvent(session=session, seq=last + number, kind=kind, payload=payload)
+            for number, (kind, payload) in enumerate(events, start=1)
+        )
+        serialized = [serialize_event(event) for event in stored]
+        transaction.on_commit(lambda: _publish(session.pk, serialized))
+    return stored
+
+
+def session_events_report(*, session: Session, events) -> int:
+    """Events from the agent runtime: validated, stored, published; returns the last seq."""
+    if not isinstance(events, list) or not events or len(events) > MAX_EVENTS_PER_REPORT:
+        raise InvalidInput(
+            f"events must be a list of 1 to {MAX_EVENTS_PER_REPORT} events.",
+            code="sessions.invalid_events",
+        )
+    checked = []
+    for event in events:
+        kind = event.get("kind") if isinstance(event, dict) else None
+        payload = event.get("payload", {}) if isinstance(event, dict) else None
+        if kind not in RUNTIME_EVENT_KINDS or not isinstance(payload, dict):
+            raise InvalidInput(f"Unknown event {kind!r}.", code="sessions.invalid_events")
+        checked.append((kind, payload))
+    if session.status == Session.Status.CANCELLED:
+        raise Conflict("The session was cancelled.", code="sessions.cancelled")
+    stored = session_events_append(session=session, events=checked)
+    for kind, _ in checked:
+        status = RUNTIME_EVENT_KINDS[kind]
+        if status is not None:
+            Session.objects.filter(pk=session.pk, status=Session.Status.RUNNING).update(
+                status=status, updated_at=timezone.now()
+            )
+    return stored[-1].seq
+
+
+def _clean_message(text) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput("The message is empty.", code="sessions.empty_message")
+    if len(text) > settings.QUOR_MAX_PROMPT_CHARS:
+        raise InvalidInput(
+            f"The message is longer than {settings.QUOR_MAX_PROMPT_CHARS} characters.",
+            code="sessions.message_too_long",
+        )
+    return text
+
+
+def _enqueue_turn(session: Session) -> None:
+    from sandboxes import tasks
+
+    transaction.on_commit(lambda: tasks.run_agent_turn.delay(str(session.pk)))
+
+
+@transaction.atomic
+def session_create(*, user, prompt, model: str, title: str = "") -> Session:
+    """A new session; the agent starts working on the prompt in the background."""
+    from sandboxes.services import get_or_create_sandbox
+
+    check_sandbox_access(user)
+    choice = check_model_access(user, model)
+    prompt = _clean_message(prompt)
+    session = Session.objects.create(
+        owner=user,
+        sandbox=get_or_create_sandbox(user=user),
+        title=(title or prompt.strip().splitlines()[0])[:200],
+        model_provider=choice.provider,
+        model_name=choice.name,
+    )
+    session_events_append(session=session, events=[("user_message", {"text": prompt})])
+    _enqueue_turn(session)
+    return session
+
+
+@transaction.atomic
+def session_message(*, user, session: Session, text) -> Session:
+    """A follow-up: the agent continues the same conversation."""
+    check_sandbox_access(user)
+    text = _clean_message(text)
+    session = Session.objects.select_for_update().get(pk=session.pk)
+    if session.status in OPEN_STATUSES:
+        raise Conflict("The agent is still working on this session.", code="sessions.busy")
+    Session.objects.filter(pk=session.pk).update(
+        status=Session.Status.PENDING, finished_at=None, updated_at=timezone.now()
+    )
+    session_events_append(session=session, events=[("user_message", {"text": text})])
+    _enqueue_turn(session)
+    session.refresh_from_db()
+    return session
+
+
+def session_cancel(*, user, session: Session) -> Session:
+    """Stops the agent (it gets SIGTERM in the sandbox) and records that it was cancelled."""
+    from sandboxes.services import stop_agent_process
+
+    with transaction.atomic():
+        updated = Session.objects.filter(pk=session.pk, status__in=OPEN_STATUSES).update(
+            status=Session.Status.CANCELLED, finished_at=timezone.now(), updated_at=timezone.now()
+        )
+        if not updated:
+            raise Conflict("The session is not running.", code="sessions.not_running")
+        session_events_append(session=session, events=[("cancelled", {"by": user.email})])
+    stop_agent_process(session=session)
+    session.refresh_from_db()
+    return session
+
+
+AGENT = ["python3", "/opt/quor/agent.py"]
+
+
+def agents_md(session: Session) -> str:
+    """The session's agent instructions: the organization's, and where things are."""
+    organization = session.owner.membership.organization
+    parts = ["# Instructions for this session", ""]
+    if organization.workspace_instructions.strip():
+        parts += [organization.workspace_instructions.strip(), ""]
+    parts += [
+        "You work in this directory; it is this session's own workspace.",
+        "Every network request goes through Quor's egress proxy. Credentials are never in",
+        "this sandbox: use the placeholders in the environment and the proxy adds the real",
+        "ones. A 403 with a JSON `error.code` from the proxy means the request is not allowed;",
+        "report it rather than working around it.",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def _latest_user_message(session: Session) -> str:
+    event = session.events.filter(kind="user_message").order_by("-seq").first()
+    return event.payload["text"]
+
+
+def _fail(session: Session, code: str, message: str) -> None:
+    session_events_append(session=session, events=[("error", {"code": code, "message": message})])
+    Session.objects.filter(pk=session.pk, status=Session.Status.RUNNING).update(
+        status=Session.Status.FAILED, updated_at=timezone.now()
+    )
+
+
+def session_run_turn(*, session_id) -> None:
+    """Runs the agent on the session's newest message, in the user's sandbox, as the
+    sandbox user. Idempotent: only a pending session starts a turn."""
+    from quor.lib.errors import QuorError
+    from sandboxes import services
+    from sandboxes.backends import get_backend
+    from sandboxes.backends.base import BackendError
+
+    session = Session.objects.select_related("sandbox", "model_provider", "owner").get(
+        pk=session_id
+    )
+    started = Session.objects.filter(pk=session.pk, status=Session.Status.PENDING).update(
+        status=Session.Status.RUNNING, updated_at=timezone.now()
+    )
+    if not started:
+        return
+    provider = session.model_provider
+    session_events_append(
+        session=session,
+        events=[
+            ("session_started", {"model": session.model_name, "provider": provider.display_name})
+        ],
+    )
+    try:
+        workspace = services.session_workspace_ensure(session=session)
+        backend, sandbox_id = get_backend(session.sandbox.backend), str(session.sandbox_id)
+        for name, content in (
+            (".quor/next-message.txt", _latest_user_message(session)),
+            ("AGENTS.md", agents_md(session)),
+        ):
+            data = content.encode()
+            backend.write_file(sandbox_id, workspace, name, [data], len(data))
+        result = backend.exec(
+            sandbox_id,
+            [*AGENT, "--session-id", str(session.pk), "--session-dir", workspace],
+            cwd=workspace,
+            env={
+                **services.session_proxy_environment(session),
+                "QUOR_MODEL_KIND": provider.kind,
+                "QUOR_MODEL_BASE_URL": provider.effective_base_url,
+                "QUOR_MODEL_NAME": session.model_name,
+                "QUOR_MAX_STEPS": str(settings.QUOR_AGENT_MAX_STEPS),
+            },
+            timeout_s=settings.QUOR_AGENT_TURN_TIMEOUT,
+            output_limit=64 * 1024,
+        )
+    except (QuorError, BackendError) as exc:
+        _fail(session, "agent.sandbox_unavailable", f"The sandbox could not run the agent: {exc}")
+        return
+    session.refresh_from_db()
+    if session.status != Session.Status.RUNNING:
+        return  # the runtime reported how the turn ended, or the user cancelled it
+    if result.timed_out:
+        _fail(session, "agent.timeout", "The agent ran past its time limit and was stopped.")
+    elif result.exit_code != 0:
+        detail = result.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        _fail(session, "agent.crashed", f"The agent stopped unexpectedly: {detail[0]}")
+    else:
+        Session.objects.filter(pk=session.pk, status=Session.Status.RUNNING).update(
+            status=Session.Status.WAITING, updated_at=timezone.now()
+        )

@@ -1,0 +1,101 @@
+"""The live event stream over a real WebSocket stack (Channels, Redis channel layer)."""
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from quor.asgi import application
+from sandboxes import sessions
+from tests import factories
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def cookie_for(user) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+def connect(session, cookie=None, after=0):
+    headers = [(b"origin", b"http://localhost")]
+    if cookie is not None:
+        headers.append((b"cookie", cookie))
+    return WebsocketCommunicator(
+        application, f"/ws/sessions/{session.pk}/?after={after}", headers=headers
+    )
+
+
+def append(session, *texts):
+    sessions.session_events_append(
+        session=session, events=[("assistant_text", {"text": t}) for t in texts]
+    )
+
+
+async def receive_seqs(communicator, count):
+    return [(await communicator.receive_json_from(timeout=5))["seq"] for _ in range(count)]
+
+
+def test_a_viewer_gets_the_backlog_then_live_events_in_order(owner):
+    session = factories.make_session(owner)
+    append(session, "one", "two", "three")
+    cookie = cookie_for(owner)
+
+    async def scenario():
+        communicator = connect(session, cookie, after=1)
+        connected, _ = await communicator.connect()
+        assert connected
+        assert await receive_seqs(communicator, 2) == [2, 3]
+        from channels.db import database_sync_to_async
+
+        await database_sync_to_async(append)(session, "four", "five")
+        assert await receive_seqs(communicator, 2) == [4, 5]
+        assert await communicator.receive_nothing(timeout=0.3)
+        await communicator.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_a_reconnecting_viewer_misses_nothing_and_sees_nothing_twice(owner):
+    session = factories.make_session(owner)
+    cookie = cookie_for(owner)
+
+    async def scenario():
+        from channels.db import database_sync_to_async
+
+        first = connect(session, cookie)
+        await first.connect()
+        await database_sync_to_async(append)(session, "a", "b")
+        assert await receive_seqs(first, 2) == [1, 2]
+        await first.disconnect()
+        await database_sync_to_async(append)(session, "c")  # while nobody watches
+        second, third = connect(session, cookie, after=2), connect(session, cookie, after=0)
+        await second.connect()
+        await third.connect()
+        assert await receive_seqs(second, 1) == [3]
+        assert await receive_seqs(third, 3) == [1, 2, 3]
+        await database_sync_to_async(append)(session, "d")
+        assert await receive_seqs(second, 1) == [4]
+        assert await receive_seqs(third, 1) == [4]
+        await second.disconnect()
+        await third.disconnect()
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.parametrize(
+    ("who", "code"), [("anonymous", 4401), ("colleague", 4404), ("stranger", 4404)]
+)
+def test_only_the_owner_may_watch(owner, colleague, stranger, who, code):
+    session = factories.make_session(owner)
+    user = {"anonymous": None, "colleague": colleague, "stranger": stranger}[who]
+    cookie = cookie_for(user) if user else None
+
+    async def scenario():
+        communicator = connect(session, cookie)
+        connected, close_code = await communicator.connect()
+        assert not connected
+        assert close_code == code
+
+    async_to_sync(scenario)()

@@ -1,0 +1,203 @@
+"""Sessions through the API: creating, following up, cancelling, events; bad input."""
+
+import pytest
+from django.test import override_settings
+
+from quor.models import Membership
+from sandboxes import sessions
+from sandboxes.models import AgentEvent, Sandbox, Session
+from tests import factories
+
+
+@pytest.fixture
+def model_id(org):
+    provider = factories.make_provider(org, model_names=["claude-test"])
+    return f"{provider.pk}:claude-test"
+
+
+@pytest.fixture
+def api(client_for, owner):
+    return client_for(owner)
+
+
+@pytest.fixture
+def queued(monkeypatch):
+    """The agent turns the API enqueues (no worker runs in these tests)."""
+    from sandboxes import tasks
+
+    calls = []
+    monkeypatch.setattr(tasks.run_agent_turn, "delay", lambda session_id: calls.append(session_id))
+    return calls
+
+
+@pytest.mark.django_db(transaction=True)
+def test_creating_a_session_records_the_prompt_and_queues_the_agent(api, owner, model_id, queued):
+    response = api.post(
+        "/api/v1/sessions/", {"prompt": "Write hello.py", "model": model_id}, format="json"
+    )
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert (body["title"], body["model"], body["status"]) == ("Write hello.py", model_id, "pending")
+    session = Session.objects.get(pk=body["id"])
+    assert session.sandbox == Sandbox.objects.get(user=owner)
+    assert list(session.events.values_list("seq", "kind")) == [(1, "user_message")]
+    assert queued == [str(session.pk)]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"prompt": "", "model": "{model}"}, 400, "invalid_input"),
+        ({"prompt": "   ", "model": "{model}"}, 400, "sessions.empty_message"),
+        ({"prompt": "hi", "model": "999:nope"}, 400, "models.unknown_model"),
+        ({"prompt": "hi"}, 400, "invalid_input"),
+        ({"prompt": "hi", "model": "{model}", "tools": ["x"]}, 400, "invalid_input"),
+    ],
+)
+def test_bad_session_requests_create_nothing(api, model_id, queued, body, status, code):
+    body = {k: (v.format(model=model_id) if isinstance(v, str) else v) for k, v in body.items()}
+    response = api.post("/api/v1/sessions/", body, format="json")
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == code
+    assert not Session.objects.exists()
+    assert queued == []
+
+
+@pytest.mark.django_db
+@override_settings(QUOR_MAX_PROMPT_CHARS=10)
+def test_an_overlong_prompt_is_refused(api, model_id, queued):
+    response = api.post("/api/v1/sessions/", {"prompt": "x" * 11, "model": model_id}, format="json")
+    assert response.json()["error"]["code"] == "sessions.message_too_long"
+    assert not Session.objects.exists()
+
+
+@pytest.mark.django_db
+def test_members_without_sandbox_or_model_access_are_refused(api, owner, org, model_id, queued):
+    provider = factories.make_provider(org, available_to_everyone=False, model_names=["secret"])
+    response = api.post(
+        "/api/v1/sessions/", {"prompt": "hi", "model": f"{provider.pk}:secret"}, format="json"
+    )
+    assert (response.status_code, response.json()["error"]["code"]) == (
+        403,
+        "access.model_not_allowed",
+    )
+    Membership.objects.filter(user=owner).update(can_use_sandbox=False)
+    response = api.post("/api/v1/sessions/", {"prompt": "hi", "model": model_id}, format="json")
+    assert (response.status_code, response.json()["error"]["code"]) == (
+        403,
+        "access.sandbox_not_allowed",
+    )
+    assert not Session.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_follow_up_continues_only_a_session_that_is_not_working(api, owner, queued):
+    session = factories.make_session(owner, status=Session.Status.RUNNING)
+    url = f"/api/v1/sessions/{session.pk}/messages/"
+    busy = api.post(url, {"text": "and now?"}, format="json")
+    assert (busy.status_code, busy.json()["error"]["code"]) == (409, "sessions.busy")
+    Session.objects.filter(pk=session.pk).update(status=Session.Status.WAITING)
+    ok = api.post(url, {"text": "and now?"}, format="json")
+    assert ok.status_code == 202
+    assert ok.json()["status"] == "pending"
+    assert session.events.get().payload == {"text": "and now?"}
+    assert queued == [str(session.pk)]
+
+
+@pytest.mark.django_db
+def test_another_users_session_is_404_for_every_action(client_for, colleague, owner, queued):
+    session = factories.make_session(owner, status=Session.Status.WAITING)
+    other = client_for(colleague)
+    for method, suffix, body in [
+        ("post", "messages/", {"text": "hi"}),
+        ("post", "cancel/", None),
+        ("get", "events/", None),
+    ]:
+        response = getattr(other, method)(
+            f"/api/v1/sessions/{session.pk}/{suffix}", body, format="json"
+        )
+        assert response.status_code == 404, suffix
+    assert not AgentEvent.objects.exists()
+
+
+@pytest.mark.django_db
+def test_cancelling_a_finished_session_is_a_conflict(api, owner):
+    session = factories.make_session(owner, status=Session.Status.WAITING)
+    response = api.post(f"/api/v1/sessions/{session.pk}/cancel/")
+    assert (response.status_code, response.json()["error"]["code"]) == (409, "sessions.not_running")
+    assert not session.events.exists()
+
+
+@pytest.mark.django_db
+def test_cancelling_a_pending_session_records_it(api, owner):
+    session = factories.make_session(owner, status=Session.Status.PENDING)
+    response = api.post(f"/api/v1/sessions/{session.pk}/cancel/")
+    assert response.json()["status"] == "cancelled"
+    assert session.events.get().kind == "cancelled"
+
+
+@pytest.mark.django_db
+def test_events_are_listed_after_a_seq(api, owner):
+    session = factories.make_session(owner)
+    sessions.session_events_append(
+        session=session, events=[("assistant_text", {"text": str(n)}) for n in range(5)]
+    )
+    events = api.get(f"/api/v1/sessions/{session.pk}/events/", {"after": 2}).json()
+    assert [e["seq"] for e in events] == [3, 4, 5]
+    assert api.get(f"/api/v1/sessions/{session.pk}/events/", {"after": "x"}).status_code == 400
+
+
+@pytest.mark.django_db
+def test_the_runtime_reports_events_for_its_own_sandboxs_sessions_only(owner, colleague):
+    from rest_framework.test import APIClient
+
+    from sandboxes.models import hash_token
+
+    session = factories.make_session(owner, status=Session.Status.RUNNING)
+    Sandbox.objects.filter(pk=session.sandbox_id).update(
+        runtime_credential_hash=hash_token("cred-a")
+    )
+    foreign = factories.make_session(colleague, status=Session.Status.RUNNING)
+    runtime = APIClient()
+    runtime.credentials(HTTP_AUTHORIZATION="Bearer cred-a")
+    url = "/api/v1/runtime/sessions/{}/events/"
+    events = {
+        "events": [
+            {"kind": "assistant_text", "payload": {"text": "hi"}},
+            {"kind": "turn_finished", "payload": {}},
+        ]
+    }
+    assert runtime.post(url.format(session.pk), events, format="json").json() == {"last_seq": 2}
+    session.refresh_from_db()
+    assert session.status == Session.Status.WAITING
+    assert runtime.post(url.format(foreign.pk), events, format="json").status_code == 404
+    bad = runtime.post(
+        url.format(session.pk), {"events": [{"kind": "rm -rf", "payload": {}}]}, format="json"
+    )
+    assert (bad.status_code, bad.json()["error"]["code"]) == (400, "sessions.invalid_events")
+    assert APIClient().post(url.format(session.pk), events, format="json").status_code == 401
+    assert not foreign.events.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_reports_get_consecutive_seqs_without_duplicates(owner):
+    import threading
+
+    from django.db import connection
+
+    session = factories.make_session(owner)
+
+    def report():
+        for _ in range(10):
+            sessions.session_events_append(
+                session=session, events=[("assistant_text_delta", {"text": "x"})]
+            )
+        connection.close()
+
+    threads = [threading.Thread(target=report) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert list(session.events.order_by("seq").values_list("seq", flat=True)) == list(range(1, 41))
