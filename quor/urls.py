@@ -10,7 +10,7 @@ admin.site.site_header = "Quor administration"
 admin.site.site_title = "Quor admin"
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", include("sandboxes.urls")),
     path(
         "accounts/login/",
         auth_views.LoginView.as_view(authentication_form=EmailAuthenticationForm),

@@ -1,11 +1,9 @@
-from django.contrib.auth.decorators import login_required
 from django.http import JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 
 from quor import health
 from quor.lib.errors import error_response
-from sandboxes.selectors import sessions_of
 
 
 @never_cache
@@ -20,11 +18,6 @@ def readyz(request):
     return JsonResponse(
         {"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503
     )
-
-
-@login_required
-def home(request):
-    return render(request, "quor/home.html", {"sessions": sessions_of(request.user)[:50]})
 
 
 def server_error(request):

@@ -27,6 +27,14 @@ from sandboxes.api.serializers import (
 )
 from sandboxes.selectors import is_uuid
 
+# Images the file browser may show inline (never SVG: it can carry scripts).
+PREVIEWABLE_IMAGES = {
+    "png": "image/png",
+    "jpg": "image/jpeg",
+    "jpeg": "image/jpeg",
+    "gif": "image/gif",
+    "webp": "image/webp",
+}
 SESSION_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 PATH = OpenApiParameter("path", OpenApiTypes.STR, OpenApiParameter.QUERY)
 
@@ -166,11 +174,18 @@ class SessionFileContentView(APIView):
         session = selectors.get_session_for_user(request.user, session_id)
         path = request.query_params.get("path", "")
         info, chunks = services.session_file_open(session=session, path=path)
-        response = StreamingHttpResponse(chunks, content_type="application/octet-stream")
-        response["Content-Length"] = str(info["size"])
         filename = info["name"].replace('"', "")
-        response["Content-Disposition"] = f'attachment; filename="{filename}"'
+        image_type = PREVIEWABLE_IMAGES.get(filename.rsplit(".", 1)[-1].lower())
+        inline = request.query_params.get("inline") == "1" and image_type is not None
+        response = StreamingHttpResponse(
+            chunks, content_type=image_type if inline else "application/octet-stream"
+        )
+        response["Content-Length"] = str(info["size"])
+        disposition = "inline" if inline else "attachment"
+        response["Content-Disposition"] = f'{disposition}; filename="{filename}"'
         response["X-Content-Type-Options"] = "nosniff"
+        # Files are the agent's output: never let one run as a page on Quor's origin.
+        response["Content-Security-Policy"] = "default-src 'none'; sandbox"
         return response
 
     @extend_schema(

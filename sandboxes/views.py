@@ -1,0 +1,84 @@
+"""The session UI: server-rendered pages over the same services as the API."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from quor import selectors as quor_selectors
+from quor.lib.errors import QuorError
+from quor.lib.permissions import get_active_membership
+from sandboxes import selectors, sessions
+
+
+def _models_for(user):
+    try:
+        membership = get_active_membership(user)
+    except QuorError:
+        return []
+    return quor_selectors.models_available_to(user, membership.organization)
+
+
+def _session_or_404(user, session_id):
+    try:
+        return selectors.get_session_for_user(user, session_id)
+    except QuorError:
+        raise Http404("No such session.") from None
+
+
+@login_required
+def session_list(request):
+    return render(
+        request,
+        "sandboxes/session_list.html",
+        {
+            "sessions": selectors.sessions_of(request.user)[:100],
+            "models": _models_for(request.user),
+        },
+    )
+
+
+@login_required
+@require_POST
+def session_new(request):
+    try:
+        session = sessions.session_create(
+            user=request.user,
+            prompt=request.POST.get("prompt", ""),
+            model=request.POST.get("model", ""),
+            title=request.POST.get("title", ""),
+        )
+    except QuorError as exc:
+        messages.error(request, exc.message)
+        return redirect("home")
+    return redirect("session-detail", session_id=session.pk)
+
+
+@login_required
+def session_detail(request, session_id):
+    session = _session_or_404(request.user, session_id)
+    return render(request, "sandboxes/session_detail.html", {"session": session})
+
+
+@login_required
+@require_POST
+def session_follow_up(request, session_id):
+    session = _session_or_404(request.user, session_id)
+    try:
+        text = request.POST.get("text", "")
+        sessions.session_message(user=request.user, session=session, text=text)
+    except QuorError as exc:
+        messages.error(request, exc.message)
+    return redirect("session-detail", session_id=session.pk)
+
+
+@login_required
+@require_POST
+def session_cancel(request, session_id):
+    session = _session_or_404(request.user, session_id)
+    try:
+        sessions.session_cancel(user=request.user, session=session)
+    except QuorError as exc:
+        messages.error(request, exc.message)
+    return redirect("session-detail", session_id=session.pk)
