@@ -7,8 +7,10 @@ SHELL := /bin/bash
 provision:
 	tools/provision
 
-# Development mode (DEBUG, development keys) for everything `make dev` runs.
+# Development mode (DEBUG, development keys) for everything `make dev` runs; the
+# proxy lets sandboxes reach the scripted demo model on the host's loopback.
 dev: export QUOR_DEBUG = 1
+dev: export QUOR_EGRESS_PRIVATE_ALLOWLIST ?= 127.0.0.1:8090
 dev: provision
 	$(PYTHON) manage.py migrate --noinput
 	$(PYTHON) manage.py seed_demo

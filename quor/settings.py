@@ -220,6 +220,9 @@ QUOR_EXTRA_CA_BUNDLE = env("QUOR_EXTRA_CA_BUNDLE", "/etc/ssl/certs/ca-certificat
 # Longest an agent turn may run, in seconds; most model calls and tool steps it takes.
 QUOR_AGENT_TURN_TIMEOUT = envint("QUOR_AGENT_TURN_TIMEOUT", 3600)
 QUOR_AGENT_MAX_STEPS = envint("QUOR_AGENT_MAX_STEPS", 30)
+# Attachments of a new session: how many, and how large each may be (bytes).
+QUOR_MAX_ATTACHMENTS = envint("QUOR_MAX_ATTACHMENTS", 10)
+QUOR_MAX_ATTACHMENT_BYTES = envint("QUOR_MAX_ATTACHMENT_BYTES", 20 * 1024 * 1024)
 # Largest prompt or follow-up message, in characters.
 QUOR_MAX_PROMPT_CHARS = envint("QUOR_MAX_PROMPT_CHARS", 100_000)
 # Largest file upload into a workspace, in bytes (uploads are streamed, not buffered).

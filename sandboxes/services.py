@@ -256,7 +256,7 @@ def session_workspace_ensure(*, session: Session) -> str:
     path = session_workspace(session)
     result = get_backend(sandbox.backend).exec(
         str(sandbox.pk),
-        ["mkdir", "-p", "-m", "700", path, f"{path}/.quor"],
+        ["mkdir", "-p", "-m", "700", path, f"{path}/.quor", f"{path}/attachments"],
         cwd=WORKSPACE,
         env={},
         timeout_s=30,

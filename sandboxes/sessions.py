@@ -9,8 +9,11 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from quor.lib.errors import Conflict, InvalidInput
+from quor.lib.errors import Conflict, InvalidInput, QuorError
 from quor.lib.permissions import check_model_access, check_sandbox_access
+from sandboxes import services
+from sandboxes.backends import get_backend
+from sandboxes.backends.base import BackendError
 from sandboxes.models import AgentEvent, Session
 
 # Kinds the agent runtime may report, and the session status each one leaves behind.
@@ -105,22 +108,57 @@ def _enqueue_turn(session: Session) -> None:
     transaction.on_commit(lambda: tasks.run_agent_turn.delay(str(session.pk)))
 
 
-@transaction.atomic
-def session_create(*, user, prompt, model: str, title: str = "") -> Session:
-    """A new session; the agent starts working on the prompt in the background."""
-    from sandboxes.services import get_or_create_sandbox
+def _check_attachments(attachments) -> None:
+    if len(attachments) > settings.QUOR_MAX_ATTACHMENTS:
+        raise InvalidInput(
+            f"At most {settings.QUOR_MAX_ATTACHMENTS} files can be attached.",
+            code="sessions.too_many_attachments",
+        )
+    for upload in attachments:
+        if upload.size > settings.QUOR_MAX_ATTACHMENT_BYTES:
+            raise InvalidInput(
+                f"{upload.name} is larger than {settings.QUOR_MAX_ATTACHMENT_BYTES} bytes.",
+                code="sessions.attachment_too_large",
+            )
+        if not upload.name or "/" in upload.name or upload.name in (".", ".."):
+            raise InvalidInput(
+                f"{upload.name!r} is not a file name.", code="sessions.bad_attachment"
+            )
 
+
+def _copy_attachments(session: Session, attachments) -> None:
+    """Into the session's `attachments/` directory, before the agent starts."""
+    for upload in attachments:
+        services.session_file_write(
+            session=session,
+            path=f"attachments/{upload.name}",
+            chunks=upload.chunks(),
+            size=upload.size,
+        )
+
+
+@transaction.atomic
+def session_create(*, user, prompt, model: str, title: str = "", attachments=()) -> Session:
+    """A new session; the agent starts working on the prompt in the background.
+    Attached files are copied into the session's workspace first."""
     check_sandbox_access(user)
     choice = check_model_access(user, model)
     prompt = _clean_message(prompt)
+    _check_attachments(attachments)
     session = Session.objects.create(
         owner=user,
-        sandbox=get_or_create_sandbox(user=user),
+        sandbox=services.get_or_create_sandbox(user=user),
         title=(title or prompt.strip().splitlines()[0])[:200],
         model_provider=choice.provider,
         model_name=choice.name,
     )
-    session_events_append(session=session, events=[("user_message", {"text": prompt})])
+    if attachments:
+        services.session_workspace_ensure(session=session)
+        _copy_attachments(session, attachments)
+    names = [upload.name for upload in attachments]
+    session_events_append(
+        session=session, events=[("user_message", {"text": prompt, "attachments": names})]
+    )
     _enqueue_turn(session)
     return session
 
@@ -144,8 +182,6 @@ def session_message(*, user, session: Session, text) -> Session:
 
 def session_cancel(*, user, session: Session) -> Session:
     """Stops the agent (it gets SIGTERM in the sandbox) and records that it was cancelled."""
-    from sandboxes.services import stop_agent_process
-
     with transaction.atomic():
         updated = Session.objects.filter(pk=session.pk, status__in=OPEN_STATUSES).update(
             status=Session.Status.CANCELLED, finished_at=timezone.now(), updated_at=timezone.now()
@@ -153,7 +189,7 @@ def session_cancel(*, user, session: Session) -> Session:
         if not updated:
             raise Conflict("The session is not running.", code="sessions.not_running")
         session_events_append(session=session, events=[("cancelled", {"by": user.email})])
-    stop_agent_process(session=session)
+    services.stop_agent_process(session=session)
     session.refresh_from_db()
     return session
 
@@ -192,11 +228,6 @@ def _fail(session: Session, code: str, message: str) -> None:
 def session_run_turn(*, session_id) -> None:
     """Runs the agent on the session's newest message, in the user's sandbox, as the
     sandbox user. Idempotent: only a pending session starts a turn."""
-    from quor.lib.errors import QuorError
-    from sandboxes import services
-    from sandboxes.backends import get_backend
-    from sandboxes.backends.base import BackendError
-
     session = Session.objects.select_related("sandbox", "model_provider", "owner").get(
         pk=session_id
     )

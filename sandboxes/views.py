@@ -48,6 +48,7 @@ def session_new(request):
             prompt=request.POST.get("prompt", ""),
             model=request.POST.get("model", ""),
             title=request.POST.get("title", ""),
+            attachments=request.FILES.getlist("attachments"),
         )
     except QuorError as exc:
         messages.error(request, exc.message)

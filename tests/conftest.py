@@ -91,9 +91,12 @@ def upstream_fakes():
 
     from django.conf import settings
 
+    from sandboxes.scripted_model import ScriptedModelServer
     from tests.fakes import FakeDnsServer, RecordingServer, SilentServer, make_test_ca
 
-    _, cert, key = make_test_ca(Path(settings.QUOR_EXTRA_CA_BUNDLE).parent, ["provider.test"])
+    _, cert, key = make_test_ca(
+        Path(settings.QUOR_EXTRA_CA_BUNDLE).parent, ["provider.test", "model.test"]
+    )
     dns_host, dns_port = settings.QUOR_EGRESS_DNS_SERVER.split(":")
     fakes = SimpleNamespace(
         dns=FakeDnsServer(dns_host, int(dns_port)),
@@ -101,10 +104,12 @@ def upstream_fakes():
         app=RecordingServer("127.0.0.1", 18080, name="app"),
         app_on_127_0_0_2=RecordingServer("127.0.0.2", 18080, name="app-127.0.0.2"),
         silent=SilentServer("127.0.0.1", 18444),
+        model=ScriptedModelServer("127.0.0.1", 18445, tls=(cert, key)),
     )
     fakes.dns.records.update(
         {
             "silent.test": ["127.0.0.1"],
+            "model.test": ["127.0.0.1"],
             "provider.test": ["127.0.0.1"],
             "app.test": ["127.0.0.1"],
             "other.test": ["127.0.0.1"],
@@ -114,7 +119,7 @@ def upstream_fakes():
         }
     )
     yield fakes
-    for server in (fakes.provider, fakes.app, fakes.app_on_127_0_0_2, fakes.silent):
+    for server in (fakes.provider, fakes.app, fakes.app_on_127_0_0_2, fakes.silent, fakes.model):
         server.close()
     fakes.dns.close()
 
@@ -219,3 +224,21 @@ def running_sandbox(owner, egress_proxy, clean_runtimes):
     from sandboxes import services
 
     return services.sandbox_ensure(user=owner)
+
+
+@pytest.fixture(scope="session")
+def celery_worker(process_env):
+    """A real Celery worker on the test database and the test Redis, all queues."""
+    import sys
+
+    process = _start(
+        [
+            sys.executable, "-m", "celery", "-A", "quor", "worker",
+            "-Q", "default,sandboxes,agents", "--concurrency", "2",
+            "--without-gossip", "--without-mingle", "--loglevel", "WARNING",
+        ],
+        process_env,
+        "celery-worker",
+    )  # fmt: skip
+    yield process
+    _stop(process)

@@ -3,7 +3,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.parsers import BaseParser
+from rest_framework.parsers import BaseParser, JSONParser, MultiPartParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -42,6 +42,7 @@ PATH = OpenApiParameter("path", OpenApiTypes.STR, OpenApiParameter.QUERY)
 @extend_schema_view(retrieve=extend_schema(parameters=[SESSION_ID]))
 class SessionViewSet(viewsets.ViewSet):
     serializer_class = SessionSerializer
+    parser_classes = [JSONParser, MultiPartParser]  # multipart: a new session's attachments
 
     def list(self, request):
         return Response(SessionSerializer(selectors.sessions_of(request.user), many=True).data)
@@ -52,10 +53,16 @@ class SessionViewSet(viewsets.ViewSet):
 
     @extend_schema(request=SessionCreateSerializer, responses={201: SessionSerializer})
     def create(self, request):
-        """Starts a session: the agent works on the prompt in the user's sandbox."""
-        serializer = SessionCreateSerializer(data=request.data)
+        """Starts a session: the agent works on the prompt in the user's sandbox. Send
+        JSON, or multipart with `attachments` files (copied into `attachments/`)."""
+        fields = {key: request.data[key] for key in request.data if key != "attachments"}
+        serializer = SessionCreateSerializer(data=fields)
         serializer.is_valid(raise_exception=True)
-        session = sessions.session_create(user=request.user, **serializer.validated_data)
+        session = sessions.session_create(
+            user=request.user,
+            attachments=request.FILES.getlist("attachments"),
+            **serializer.validated_data,
+        )
         return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(

@@ -69,5 +69,7 @@ def test_seed_demo_creates_the_demo_organization_once(capsys, monkeypatch):
         "member-password-from-env"
     )
     call_command("seed_demo")
-    assert "nothing to do" in capsys.readouterr().out
+    assert "Demo organization exists." in capsys.readouterr().out
     assert Organization.objects.filter(slug="demo").count() == 1
+    demo = Organization.objects.get(slug="demo")
+    assert list(demo.model_providers.values_list("display_name", flat=True)) == ["Demo (scripted)"]

@@ -201,3 +201,28 @@ def test_concurrent_reports_get_consecutive_seqs_without_duplicates(owner):
     for thread in threads:
         thread.join()
     assert list(session.events.order_by("seq").values_list("seq", flat=True)) == list(range(1, 41))
+
+
+@pytest.mark.django_db
+@override_settings(QUOR_MAX_ATTACHMENTS=1, QUOR_MAX_ATTACHMENT_BYTES=5)
+def test_too_many_or_too_large_attachments_are_refused_before_anything_starts(
+    api, model_id, queued
+):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    for files, code in [
+        (
+            [SimpleUploadedFile("a.txt", b"1"), SimpleUploadedFile("b.txt", b"2")],
+            "sessions.too_many_attachments",
+        ),
+        ([SimpleUploadedFile("big.txt", b"123456")], "sessions.attachment_too_large"),
+    ]:
+        response = api.post(
+            "/api/v1/sessions/",
+            {"prompt": "hi", "model": model_id, "attachments": files},
+            format="multipart",
+        )
+        assert (response.status_code, response.json()["error"]["code"]) == (400, code)
+    assert not Session.objects.exists()
+    assert not Sandbox.objects.exists()
+    assert queued == []

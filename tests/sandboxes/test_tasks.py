@@ -1,8 +1,5 @@
 """Background work through a real Celery worker and Redis broker."""
 
-import os
-import subprocess
-import sys
 import time
 from datetime import timedelta
 
@@ -13,34 +10,6 @@ from django.utils import timezone
 from sandboxes import services
 from sandboxes.models import Sandbox
 from tests import factories
-
-
-@pytest.fixture
-def celery_worker(transactional_db):
-    """A real worker process on the test database and the test Redis."""
-    env = {**os.environ, "DATABASE_URL": f"postgresql:///{settings.DATABASES['default']['NAME']}"}
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "quor",
-            "worker",
-            "-Q",
-            "default,sandboxes",
-            "-P",
-            "solo",
-            "--without-gossip",
-            "--without-mingle",
-            "--loglevel",
-            "WARNING",
-        ],
-        env=env,
-    )
-    yield worker
-    worker.terminate()
-    worker.wait(timeout=30)
 
 
 def wait_for_state(sandbox_id, states, timeout=90):
@@ -54,6 +23,7 @@ def wait_for_state(sandbox_id, states, timeout=90):
 
 
 @pytest.mark.docker
+@pytest.mark.django_db(transaction=True)
 def test_requesting_a_sandbox_through_the_api_starts_it_in_the_worker(
     celery_worker, client_for, owner, egress_proxy, clean_runtimes
 ):

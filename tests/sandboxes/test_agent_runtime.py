@@ -1,0 +1,451 @@
+"""The agent runtime (deploy/sandbox/runtime/agent.py) run on the host, against a fake
+model provider and a fake of Quor's events API: no Docker, no database."""
+
+import ast
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from sandboxes.scripted_model import ScriptedModelServer, demo_script
+from tests.fakes import make_test_ca
+
+AGENT = Path(__file__).resolve().parents[2] / "deploy" / "sandbox" / "runtime" / "agent.py"
+PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+TOKEN = "quor-placeholder-token-1234"
+KEYS = {
+    "anthropic": ("ANTHROPIC_API_KEY", "sk-ant-placeholder-key-5678"),
+    "openai": ("OPENAI_API_KEY", "sk-openai-placeholder-key-5678"),
+    "openrouter": ("OPENROUTER_API_KEY", "sk-or-placeholder-key-5678"),
+}
+SESSION_ID = "0b7c6f0e-session"
+EVENTS_PATH = f"/api/v1/runtime/sessions/{SESSION_ID}/events/"
+
+
+class EventsRecorder:
+    """Quor's events API: accepts posts with the right token, records their events."""
+
+    def __init__(self):
+        self.posts: list[list[dict]] = []
+        self.rejected = 0
+        self.status = 200
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status = recorder.status
+                if (
+                    self.headers.get("Authorization") != f"Bearer {TOKEN}"
+                    or self.path != EVENTS_PATH
+                ):
+                    recorder.rejected += 1
+                    status = 401
+                elif status == 200:
+                    recorder.posts.append(json.loads(body)["events"])
+                self.send_response(status)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def events(self) -> list[dict]:
+        return [event for post in self.posts for event in post]
+
+    def kinds(self) -> list[str]:
+        return [event["kind"] for event in self.events if event["kind"] != "assistant_text_delta"]
+
+    def of_kind(self, kind) -> list[dict]:
+        return [event["payload"] for event in self.events if event["kind"] == kind]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def quor():
+    recorder = EventsRecorder()
+    yield recorder
+    recorder.close()
+
+
+@pytest.fixture
+def model():
+    server = ScriptedModelServer("127.0.0.1", 0)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def session_dir(tmp_path):
+    directory = tmp_path / "session"
+    (directory / ".quor").mkdir(parents=True)
+    return directory
+
+
+def agent_env(quor, model, session_dir, kind="anthropic", **extra) -> dict:
+    """The runtime's environment: no proxy variables, nothing inherited but PATH."""
+    key_variable, key = KEYS[kind]
+    home = session_dir.parent / "home"
+    home.mkdir(exist_ok=True)
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "QUOR_API_URL": quor.url,
+        "QUOR_API_TOKEN": TOKEN,
+        "QUOR_MODEL_KIND": kind,
+        "QUOR_MODEL_BASE_URL": model.base_url(kind),
+        "QUOR_MODEL_NAME": "fake-model-1",
+        key_variable: key,
+        **extra,
+    }
+
+
+def start_agent(session_dir, env, message="Write and run a small program.") -> subprocess.Popen:
+    if message is not None:
+        (session_dir / ".quor" / "next-message.txt").write_text(message)
+    return subprocess.Popen(
+        [PYTHON, str(AGENT), "--session-id", SESSION_ID, "--session-dir", str(session_dir)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run_agent(
+    session_dir, env, message="Write and run a small program."
+) -> subprocess.CompletedProcess:
+    process = start_agent(session_dir, env, message)
+    stdout, stderr = process.communicate(timeout=60)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def wait_for(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.02)
+
+
+def assert_demo_turn(quor, session_dir):
+    assert quor.kinds() == [
+        "assistant_text",
+        "tool_call",
+        "file_changed",
+        "tool_result",
+        "assistant_text",
+        "tool_call",
+        "tool_result",
+        "assistant_text",
+        "turn_finished",
+    ]
+    calls, results = quor.of_kind("tool_call"), quor.of_kind("tool_result")
+    assert calls[0]["name"] == "write_file" and calls[0]["input"]["path"] == "hello.py"
+    assert quor.of_kind("file_changed") == [{"path": "hello.py"}]
+    assert results[0]["id"] == calls[0]["id"] and results[0]["is_error"] is False
+    assert calls[1]["name"] == "run_command"
+    assert results[1] == {
+        "id": calls[1]["id"],
+        "name": "run_command",
+        "output": "The sum of the squares of 1 to 10 is 385.\n[exit code: 0]",
+        "is_error": False,
+    }
+    assert "385" in quor.of_kind("assistant_text")[-1]["text"]
+    assert quor.of_kind("turn_finished") == [
+        {
+            "stop_reason": "end_turn",
+            "steps": 3,
+            "usage": {"input_tokens": 100 + 200 + 300, "output_tokens": 10 + 20 + 30},
+        }
+    ]
+    assert (session_dir / "hello.py").exists()
+    assert not (session_dir / ".quor" / "next-message.txt").exists()
+    assert quor.rejected == 0
+
+
+def test_an_anthropic_run_writes_a_program_runs_it_and_reports_its_output(quor, model, session_dir):
+    model.script = demo_script()
+    result = run_agent(session_dir, agent_env(quor, model, session_dir, "anthropic"))
+
+    assert result.returncode == 0, result.stderr
+    assert_demo_turn(quor, session_dir)
+    first = model.requests[0]
+    assert first["path"] == "/v1/messages"
+    assert first["headers"]["x-api-key"] == KEYS["anthropic"][1]
+    assert first["headers"]["anthropic-version"] == "2023-06-01"
+    assert first["body"]["stream"] is True and first["body"]["model"] == "fake-model-1"
+    assert {tool["name"] for tool in first["body"]["tools"]} == {
+        "run_command",
+        "read_file",
+        "write_file",
+        "edit_file",
+        "list_files",
+    }
+    assert all("input_schema" in tool for tool in first["body"]["tools"])
+    last = model.requests[-1]["body"]["messages"]
+    assert [m["role"] for m in last] == ["user", "assistant", "user", "assistant", "user"]
+    tool_result = last[-1]["content"][0]
+    assert tool_result["type"] == "tool_result" and "385" in tool_result["content"]
+
+
+def test_an_openai_run_writes_a_program_runs_it_and_reports_its_output(quor, model, session_dir):
+    model.script = demo_script()
+    result = run_agent(session_dir, agent_env(quor, model, session_dir, "openai"))
+
+    assert result.returncode == 0, result.stderr
+    assert_demo_turn(quor, session_dir)
+    first = model.requests[0]
+    assert first["path"] == "/v1/chat/completions"
+    assert first["headers"]["authorization"] == f"Bearer {KEYS['openai'][1]}"
+    assert first["body"]["stream_options"] == {"include_usage": True}
+    assert first["body"]["tools"][0]["type"] == "function"
+    assert first["body"]["messages"][0]["role"] == "system"
+    last = model.requests[-1]["body"]["messages"]
+    assert [m["role"] for m in last] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    assert last[-1]["tool_call_id"] == last[-2]["tool_calls"][0]["id"]
+    assert "385" in last[-1]["content"]
+
+
+def test_openrouter_over_tls_trusts_the_ca_of_ssl_cert_file(quor, session_dir, tmp_path):
+    ca, cert, key = make_test_ca(tmp_path / "ca", ["localhost"])
+    server = ScriptedModelServer("127.0.0.1", 0, tls=(cert, key))
+    try:
+        server.script = demo_script()
+        env = agent_env(quor, server, session_dir, "openrouter", SSL_CERT_FILE=str(ca))
+        env["QUOR_MODEL_BASE_URL"] = server.base_url("openrouter", host="localhost")
+        result = run_agent(session_dir, env)
+    finally:
+        server.close()
+
+    assert result.returncode == 0, result.stderr
+    assert_demo_turn(quor, session_dir)
+    assert server.requests[0]["headers"]["authorization"] == f"Bearer {KEYS['openrouter'][1]}"
+
+
+def test_a_follow_up_run_continues_the_conversation(quor, model, session_dir):
+    model.script = [{"text": "Hello! What shall we build?"}, {"text": "A calculator, then."}]
+    env = agent_env(quor, model, session_dir)
+    assert run_agent(session_dir, env, "Hi there").returncode == 0
+    assert run_agent(session_dir, env, "Something small").returncode == 0
+
+    second = model.requests[1]["body"]["messages"]
+    assert second == [
+        {"role": "user", "content": [{"type": "text", "text": "Hi there"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Hello! What shall we build?"}]},
+        {"role": "user", "content": [{"type": "text", "text": "Something small"}]},
+    ]
+    assert [e["text"] for e in quor.of_kind("assistant_text")] == [
+        "Hello! What shall we build?",
+        "A calculator, then.",
+    ]
+    saved = json.loads((session_dir / ".quor" / "conversation.json").read_text())
+    assert [m["role"] for m in saved["messages"]] == ["user", "assistant", "user", "assistant"]
+
+
+def test_text_deltas_are_batched_into_fewer_posts_than_the_stream_has_deltas(
+    quor, model, session_dir
+):
+    text = "".join(f"word{i} " for i in range(400))
+    model.script = [{"text": text}]
+    model.chunk_size = 1  # one delta per character
+    result = run_agent(session_dir, agent_env(quor, model, session_dir))
+
+    assert result.returncode == 0, result.stderr
+    delta_posts = [p for p in quor.posts if any(e["kind"] == "assistant_text_delta" for e in p)]
+    assert 1 <= len(delta_posts) < len(text) / 10
+    deltas = "".join(e["text"] for e in quor.of_kind("assistant_text_delta"))
+    assert deltas == text == quor.of_kind("assistant_text")[0]["text"]
+
+
+def test_a_slow_stream_has_its_deltas_posted_while_it_streams(quor, model, session_dir):
+    model.script = [{"text": "x" * 60}]
+    model.chunk_size, model.chunk_delay = 1, 0.01  # about 0.6 s of streaming
+    result = run_agent(session_dir, agent_env(quor, model, session_dir))
+
+    assert result.returncode == 0, result.stderr
+    delta_posts = [p for p in quor.posts if any(e["kind"] == "assistant_text_delta" for e in p)]
+    assert 2 <= len(delta_posts) < 60
+    assert "".join(e["text"] for e in quor.of_kind("assistant_text_delta")) == "x" * 60
+
+
+def test_command_output_is_bounded_with_a_truncated_marker(quor, model, session_dir):
+    command = "python3 -c \"print('start'); print('x' * 100000); print('end')\""
+    model.script = [{"tool_calls": [{"name": "run_command", "input": {"command": command}}]}]
+    result = run_agent(session_dir, agent_env(quor, model, session_dir, QUOR_OUTPUT_LIMIT="1000"))
+
+    assert result.returncode == 0, result.stderr
+    [output] = [r["output"] for r in quor.of_kind("tool_result")]
+    assert len(output.encode()) <= 1000
+    assert output.startswith("start\n") and "[truncated]" in output
+    assert output.endswith("end\n[exit code: 0]")
+
+
+def test_a_command_that_runs_too_long_is_killed_at_its_timeout(quor, model, session_dir):
+    calls = [{"name": "run_command", "input": {"command": "echo begun; sleep 30"}}]
+    model.script = [{"tool_calls": calls}, {"text": "It timed out."}]
+    started = time.monotonic()
+    result = run_agent(session_dir, agent_env(quor, model, session_dir, QUOR_COMMAND_TIMEOUT="1"))
+
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 10
+    [tool_result] = quor.of_kind("tool_result")
+    assert tool_result["is_error"] is True
+    assert tool_result["output"].startswith("begun\n")
+    assert "timed out after 1 seconds" in tool_result["output"]
+
+
+def test_edit_file_replaces_text_that_occurs_exactly_once(quor, model, session_dir):
+    edit = lambda old: {"name": "edit_file", "input": {"path": "notes.txt", "old": old, "new": "1"}}  # noqa: E731
+    model.script = [
+        {
+            "tool_calls": [
+                {"name": "write_file", "input": {"path": "notes.txt", "content": "one two two"}},
+                edit("two"),
+                edit("three"),
+                edit("one"),
+            ]
+        },
+        {"text": "Done."},
+    ]
+    result = run_agent(session_dir, agent_env(quor, model, session_dir))
+
+    assert result.returncode == 0, result.stderr
+    results = quor.of_kind("tool_result")
+    assert [r["is_error"] for r in results] == [False, True, True, False]
+    assert "occurs 2 times" in results[1]["output"]
+    assert "does not occur" in results[2]["output"]
+    assert (session_dir / "notes.txt").read_text() == "1 two two"
+    assert quor.of_kind("file_changed") == [{"path": "notes.txt"}, {"path": "notes.txt"}]
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "openai"])
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(401, "model.unauthorized"), (429, "model.rate_limited"), (500, "model.unavailable")],
+)
+def test_a_provider_failure_gives_one_error_event_and_exit_code_2(
+    quor, model, session_dir, kind, status, code
+):
+    key = KEYS[kind][1]
+    model.fail_with = (status, {"error": {"message": f"Trouble with key {key} (sorry)"}})
+    result = run_agent(session_dir, agent_env(quor, model, session_dir, kind))
+
+    assert result.returncode == 2, result.stderr
+    assert quor.kinds() == ["error"]
+    [error] = quor.of_kind("error")
+    assert error["code"] == code
+    assert "Trouble with key" in error["message"] and str(status) in error["message"]
+    for secret in (key, TOKEN, "x-api-key", "Bearer"):
+        assert secret not in error["message"]
+
+
+def test_a_silent_provider_gives_a_timeout_error(quor, model, session_dir):
+    model.stall_seconds = 3
+    model.script = [{"text": "too late"}]
+    result = run_agent(session_dir, agent_env(quor, model, session_dir, QUOR_MODEL_TIMEOUT="1"))
+
+    assert result.returncode == 2, result.stderr
+    assert [e["code"] for e in quor.of_kind("error")] == ["model.timeout"]
+
+
+def test_sigterm_during_a_long_command_ends_the_runtime_within_2_seconds_and_kills_it(
+    quor, model, session_dir
+):
+    command = "sleep 60 & echo $! > sleep.pid; wait"
+    model.script = [{"tool_calls": [{"name": "run_command", "input": {"command": command}}]}]
+    process = start_agent(session_dir, agent_env(quor, model, session_dir))
+    try:
+        pid_file = session_dir / "sleep.pid"
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip())
+        sleep_pid = int(pid_file.read_text())
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=2) == 143
+        assert time.monotonic() - started < 2
+    finally:
+        process.kill()
+        process.communicate()
+
+    def sleep_is_gone():
+        try:
+            return Path(f"/proc/{sleep_pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
+    wait_for(sleep_is_gone, timeout=1)
+    assert quor.kinds() == ["tool_call"]
+    saved = json.loads((session_dir / ".quor" / "conversation.json").read_text())
+    assert [m["role"] for m in saved["messages"]] == ["user"]  # the unfinished step is not saved
+
+
+def test_a_missing_next_message_exits_0_without_events(quor, model, session_dir):
+    result = run_agent(session_dir, agent_env(quor, model, session_dir), message=None)
+
+    assert result.returncode == 0, result.stderr
+    assert quor.posts == [] and quor.rejected == 0
+    assert model.requests == []
+
+
+def test_an_unreachable_quor_ends_the_run_with_exit_code_3(quor, model, session_dir):
+    quor.status = 503
+    model.script = [{"text": "Nobody is listening."}]
+    result = run_agent(session_dir, agent_env(quor, model, session_dir))
+
+    assert result.returncode == 3
+    assert "Could not post events to Quor" in result.stderr
+
+
+def test_the_step_limit_ends_the_turn(quor, model, session_dir):
+    call = {"name": "list_files", "input": {}}
+    model.script = [{"tool_calls": [call]}] * 5
+    result = run_agent(session_dir, agent_env(quor, model, session_dir, QUOR_MAX_STEPS="2"))
+
+    assert result.returncode == 0, result.stderr
+    assert len(model.requests) == 2
+    [finished] = quor.of_kind("turn_finished")
+    assert finished["stop_reason"] == "max_steps" and finished["steps"] == 2
+    assert quor.of_kind("tool_result")[0]["output"] == ".quor/"
+
+
+def test_the_system_prompt_names_the_session_dir_and_carries_agents_md(quor, model, session_dir):
+    (session_dir / "AGENTS.md").write_text("Always answer in haiku.")
+    model.script = [{"text": "Ok."}]
+    assert run_agent(session_dir, agent_env(quor, model, session_dir)).returncode == 0
+
+    system = model.requests[0]["body"]["system"]
+    assert str(session_dir) in system and "Always answer in haiku." in system
+
+
+def test_the_runtime_imports_only_the_standard_library():
+    tree = ast.parse(AGENT.read_text())
+    modules = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    modules |= {
+        node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+    }
+    assert modules <= sys.stdlib_module_names
