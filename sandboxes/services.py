@@ -153,15 +153,20 @@ def sandbox_ensure(*, user) -> Sandbox:
     return sandbox_ensure_running(sandbox)
 
 
-def sandbox_ensure_running(sandbox: Sandbox) -> Sandbox:
+def sandbox_ensure_running(sandbox: Sandbox, *, for_session: Session | None = None) -> Sandbox:
+    """Running, on the current image; `for_session` is the session asking (its own
+    running agent does not hold back an upgrade)."""
     with sandbox_lock(sandbox.pk):
         sandbox.refresh_from_db()
         backend = get_backend(sandbox.backend)
         if sandbox.state in (Sandbox.State.RUNNING, Sandbox.State.IDLE):
             status = backend.status(str(sandbox.pk))
-            if status.running:
+            if status.running and not _should_upgrade(sandbox, status, backend, for_session):
                 _set_state(sandbox, Sandbox.State.RUNNING, last_activity_at=timezone.now())
                 return sandbox
+            if status.exists:
+                # A new image: replace the runtime, keep the workspace.
+                backend.destroy(str(sandbox.pk), remove_workspace=False)
         # A new runtime gets a new Quor credential; the old one stops working now.
         credential = new_secret_token()
         _set_state(
@@ -197,6 +202,17 @@ def sandboxes_mark_idle() -> int:
     return Sandbox.objects.filter(state=Sandbox.State.RUNNING, last_activity_at__lt=cutoff).update(
         state=Sandbox.State.IDLE, updated_at=timezone.now()
     )
+
+
+def _should_upgrade(sandbox: Sandbox, status, backend, for_session) -> bool:
+    """The runtime runs an older image than the current one, and no agent is working."""
+    current = backend.image_ref(settings.QUOR_SANDBOX_IMAGE)
+    if not current or status.image_ref == current:
+        return False
+    working = sandbox.sessions.filter(status=Session.Status.RUNNING)
+    if for_session is not None:
+        working = working.exclude(pk=for_session.pk)
+    return not working.exists()
 
 
 def sandbox_refresh_state(sandbox: Sandbox) -> Sandbox:
@@ -252,7 +268,7 @@ def session_workspace(session: Session) -> str:
 
 def session_workspace_ensure(*, session: Session) -> str:
     """Creates the session's directory, owned by the sandbox user, private to it."""
-    sandbox = sandbox_ensure_running(session.sandbox)
+    sandbox = sandbox_ensure_running(session.sandbox, for_session=session)
     path = session_workspace(session)
     result = get_backend(sandbox.backend).exec(
         str(sandbox.pk),

@@ -114,6 +114,10 @@ class SandboxBackend:
         where the egress proxy listens."""
         raise NotImplementedError
 
+    def image_ref(self, image: str) -> str:
+        """The id of the image a new runtime of `image` would run ("" if missing)."""
+        raise NotImplementedError
+
     def ensure(self, spec: SandboxSpec) -> RuntimeStatus:
         """Creates the runtime if missing, starts it if stopped, and returns once its
         firewall is verified. Safe to call when it is already running."""

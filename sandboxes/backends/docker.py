@@ -166,6 +166,12 @@ class DockerBackend(SandboxBackend):
             "restart_policy": {"Name": "no"},
         }
 
+    def image_ref(self, image: str) -> str:
+        try:
+            return self.client.images.get(image).id
+        except ImageNotFound:
+            return ""
+
     def ensure(self, spec: SandboxSpec) -> RuntimeStatus:
         validate_spec(spec)
         try:

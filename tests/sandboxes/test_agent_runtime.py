@@ -449,3 +449,47 @@ def test_the_runtime_imports_only_the_standard_library():
         node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
     }
     assert modules <= sys.stdlib_module_names
+
+
+def test_the_runtime_uses_the_proxy_even_for_hosts_in_no_proxy(tmp_path):
+    """Model and Quor addresses on the host's loopback (development) must go through
+    the egress proxy: a recording proxy sees both requests despite NO_PROXY."""
+    import socketserver
+
+    seen = []
+
+    class Proxy(socketserver.StreamRequestHandler):
+        def handle(self):
+            seen.append(self.rfile.readline().decode().split()[1])
+            self.wfile.write(
+                b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            )
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    session_dir = tmp_path / "session"
+    (session_dir / ".quor").mkdir(parents=True)
+    (session_dir / ".quor" / "next-message.txt").write_text("hi")
+    proxy = f"http://u:p@127.0.0.1:{server.server_address[1]}"
+    env = {
+        "PATH": os.environ["PATH"],
+        "HTTP_PROXY": proxy,
+        "HTTPS_PROXY": proxy,
+        "NO_PROXY": "localhost,127.0.0.1",
+        "QUOR_API_URL": "http://127.0.0.1:9",
+        "QUOR_API_TOKEN": "t",
+        "QUOR_MODEL_KIND": "anthropic",
+        "QUOR_MODEL_BASE_URL": "http://127.0.0.1:8",
+        "QUOR_MODEL_NAME": "m",
+        "ANTHROPIC_API_KEY": "k",
+    }
+    subprocess.run(
+        [sys.executable, str(AGENT), "--session-id", "s", "--session-dir", str(session_dir)],
+        env=env,
+        timeout=60,
+    )
+    server.shutdown()
+    assert "http://127.0.0.1:8/v1/messages" in seen
+    assert any(
+        url.startswith("http://127.0.0.1:9/api/v1/runtime/sessions/s/events/") for url in seen
+    )

@@ -190,3 +190,22 @@ def test_programs_can_run_from_tmp_and_home_for_virtualenvs(running_sandbox, own
             owner, ["sh", "-c", f"python3 -m venv {place} && {place}/bin/python -c 'print(42)'"]
         )
         assert made.stdout == b"42\n", made.stderr
+
+
+def test_a_new_image_replaces_an_idle_runtime_and_keeps_the_workspace(
+    running_sandbox, owner, docker_client
+):
+    run(owner, ["sh", "-c", "echo kept > /workspace/note.txt"])
+    image = docker_client.images.get("quor-sandbox:latest")
+    image.tag("quor-sandbox", "upgrade-test")
+    try:
+        with override_settings(QUOR_SANDBOX_IMAGE="quor-sandbox:upgrade-test"):
+            assert services.sandbox_ensure(user=owner).runtime_id == running_sandbox.runtime_id
+            container_of(docker_client, running_sandbox).commit("quor-sandbox", "upgrade-test")
+            upgraded = services.sandbox_ensure(user=owner)
+        assert upgraded.runtime_id != running_sandbox.runtime_id
+        assert upgraded.image_ref == docker_client.images.get("quor-sandbox:upgrade-test").id
+        assert run(owner, ["cat", "/workspace/note.txt"]).stdout == b"kept\n"
+    finally:
+        services.sandbox_destroy(sandbox=Sandbox.objects.get(user=owner))
+        docker_client.images.remove("quor-sandbox:upgrade-test", force=True)

@@ -17,9 +17,10 @@ provider failure, bad configuration, internal failure); 3 Quor's API stayed unre
 Why plain HTTP instead of the providers' SDKs: this file runs with the standard library
 only (the image carries no SDKs, and nothing the user pip-installs may change Quor's own
 program); the streaming formats are server-sent events, a few lines to parse; and every
-request must go through the egress proxy, which urllib does by itself from HTTP(S)_PROXY
-(with the proxy credentials in the URL, NO_PROXY honoured), with the CA bundle of
-SSL_CERT_FILE.
+request must go through the egress proxy, which urllib does from HTTP(S)_PROXY (with the
+proxy credentials in the URL), with the CA bundle of SSL_CERT_FILE. NO_PROXY is ignored
+here: nothing the runtime calls is local to the sandbox, and a model or Quor address on
+the host's loopback (development) must still go through the proxy.
 """
 
 import argparse
@@ -104,13 +105,27 @@ class Config:
             return default
 
 
+def _opener():
+    """Always through the proxy of HTTP(S)_PROXY, whatever NO_PROXY says (urllib's
+    ProxyHandler consults NO_PROXY even for explicit proxies, through this function;
+    the runtime's own requests are its only use of urllib)."""
+    urllib.request.proxy_bypass = lambda host: False
+    proxies = {
+        scheme: os.environ.get(f"{scheme.upper()}_PROXY") or os.environ.get(f"{scheme}_proxy")
+        for scheme in ("http", "https")
+    }
+    return urllib.request.build_opener(
+        urllib.request.ProxyHandler({k: v for k, v in proxies.items() if v})
+    )
+
+
 def post_json(url, body, headers, timeout):
-    """The response to a JSON POST (through the proxy of HTTP(S)_PROXY unless NO_PROXY)."""
+    """The response to a JSON POST, through the egress proxy."""
     headers = {"Content-Type": "application/json", **headers}
     data = json.dumps(body).encode()
     # The URLs come from QUOR_API_URL and QUOR_MODEL_BASE_URL, checked to be http(s).
     request = urllib.request.Request(url, data=data, headers=headers, method="POST")  # noqa: S310
-    return urllib.request.urlopen(request, timeout=timeout)  # noqa: S310
+    return _opener().open(request, timeout=timeout)
 
 
 def scrub(text, secrets, limit=500):
@@ -197,7 +212,9 @@ class Events:
                 return
             except urllib.error.HTTPError as exc:
                 problem = f"HTTP {exc.code}"
-                if 400 <= exc.code < 500 and exc.code not in (408, 429):
+                # 401: the proxy may not know a just re-minted sandbox credential yet
+                # (it refreshes every 2 s); 408 and 429 are worth another try too.
+                if 400 <= exc.code < 500 and exc.code not in (401, 408, 429):
                     break  # asking again will not help
             except (OSError, HTTPException) as exc:
                 problem = str(exc) or type(exc).__name__
