@@ -153,7 +153,8 @@ SPECTACULAR_SETTINGS = {
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        # channels_redis waits 5 s for messages; redis-py's own read timeout must be longer.
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]},
     }
 }
 

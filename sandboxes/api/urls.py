@@ -4,7 +4,7 @@ from rest_framework.routers import SimpleRouter
 from sandboxes.api import views
 
 router = SimpleRouter()
-router.register("sessions", views.SessionViewSet, basename="session")
+router.register("sessions", views.SessionViewSet, basename="api-session")
 
 urlpatterns = [
     path("sandbox/", views.MySandboxView.as_view(), name="api-my-sandbox"),

@@ -79,3 +79,13 @@ def test_cancel_and_follow_up_buttons_go_through_the_services(logged_in, owner, 
     logged_in.post(f"/sessions/{session.pk}/follow-up", {"text": "try again"})
     session.refresh_from_db()
     assert session.status == Session.Status.PENDING
+
+
+@pytest.mark.django_db
+def test_pages_link_to_the_pages_not_to_the_api(logged_in, owner):
+    session = factories.make_session(owner, status=Session.Status.RUNNING)
+    listing = logged_in.get("/").content.decode()
+    assert f'href="/sessions/{session.pk}/"' in listing
+    page = logged_in.get(f"/sessions/{session.pk}/").content.decode()
+    assert f'action="/sessions/{session.pk}/cancel"' in page
+    assert f'action="/sessions/{session.pk}/follow-up"' in page

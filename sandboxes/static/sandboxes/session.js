@@ -7,6 +7,7 @@
   const eventsBox = document.getElementById("events");
   const statusBox = document.getElementById("status");
   let lastSeq = 0;
+  let retryDelay = 1000;
   let liveText = null;
 
   function el(tag, className, text) {
@@ -43,18 +44,34 @@
     return box;
   }
 
+  const cancelForm = document.getElementById("cancel-form");
+  const followUpButton = document.querySelector("#follow-up button");
+
+  // Cancel only while the agent works; follow up only when it does not.
   function setStatus(text, status) {
     statusBox.textContent = text;
     statusBox.className = "status status-" + status;
+    const working = status === "running" || status === "pending";
+    cancelForm.hidden = !working;
+    followUpButton.disabled = working;
+  }
+
+  function describeInput(input) {
+    // Strings (file contents, commands) read best as they are.
+    return Object.entries(input || {}).map(([key, value]) =>
+      typeof value === "string" && value.includes("\n") ? key + ":\n" + value : key + ": " + (typeof value === "string" ? value : JSON.stringify(value))
+    ).join("\n");
   }
 
   function render(event) {
     const p = event.payload || {};
+    const nearBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 200;
     switch (event.kind) {
       case "user_message": {
         const box = el("div", "message user");
         box.appendChild(el("div", "who", "You"));
         box.appendChild(el("div", "text", p.text));
+        if (p.attachments && p.attachments.length) box.appendChild(el("div", "note", "Attached: " + p.attachments.join(", ")));
         eventsBox.appendChild(box);
         liveText = null;
         break;
@@ -86,7 +103,7 @@
         break;
       }
       case "tool_call":
-        eventsBox.appendChild(details("▶ " + p.name, JSON.stringify(p.input, null, 2), "tool call"));
+        eventsBox.appendChild(details(p.name, describeInput(p.input), "tool call"));
         liveText = null;
         break;
       case "tool_result":
@@ -113,7 +130,7 @@
       default:
         break;
     }
-    window.scrollTo(0, document.body.scrollHeight);
+    if (nearBottom) window.scrollTo(0, document.body.scrollHeight);
   }
 
   function connect() {
@@ -125,8 +142,11 @@
       lastSeq = event.seq;
       render(event);
     };
+    socket.onopen = () => { retryDelay = 1000; };
     socket.onclose = (close) => {
-      if (close.code !== 4401 && close.code !== 4404) setTimeout(connect, 1000);
+      if (close.code === 4401 || close.code === 4404) return;
+      setTimeout(connect, retryDelay);
+      retryDelay = Math.min(retryDelay * 2, 15000);
     };
   }
 
@@ -140,6 +160,7 @@
   function loadFiles(path) {
     currentPath = path;
     pathBox.textContent = "/" + path;
+    preview.replaceChildren();
     fetch(api + "?path=" + encodeURIComponent(path), { credentials: "same-origin" })
       .then((r) => (r.ok ? r.json() : []))
       .then((entries) => {
@@ -186,6 +207,7 @@
     }
   }
 
+  setStatus(statusBox.textContent, root.dataset.status);
   connect();
   loadFiles("");
 })();
