@@ -99,3 +99,66 @@ def test_only_the_owner_may_watch(owner, colleague, stranger, who, code):
         assert close_code == code
 
     async_to_sync(scenario)()
+
+
+def test_a_viewer_misses_nothing_across_a_restart_of_the_web_process(owner, process_env):
+    """Events are stored before they are published: a viewer reconnecting to a new
+    web process with ?after=SEQ gets what happened while it was away."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    import websocket
+
+    from tests.docker_helpers import wait_for_port
+
+    session = factories.make_session(owner)
+    cookie = cookie_for(owner).decode()
+
+    def start_web():
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                "18010",
+                "quor.asgi:application",
+            ],
+            env=process_env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for_port("127.0.0.1", 18010)
+        return process
+
+    def watch(after):
+        return websocket.create_connection(
+            f"ws://127.0.0.1:18010/ws/sessions/{session.pk}/?after={after}",
+            header=[f"Cookie: {cookie}"],
+            origin="http://localhost",
+            timeout=10,
+        )
+
+    web = start_web()
+    try:
+        viewer = watch(0)
+        append(session, "one", "two")
+        received = [json.loads(viewer.recv())["seq"] for _ in range(2)]
+        web.send_signal(signal.SIGKILL)
+        web.wait()
+        append(session, "three", "four")  # while no web process runs
+        web = start_web()
+        viewer = watch(received[-1])
+        append(session, "five")
+        received += [json.loads(viewer.recv())["seq"] for _ in range(3)]
+        assert received == [1, 2, 3, 4, 5]
+        viewer.settimeout(0.5)
+        with pytest.raises(websocket.WebSocketTimeoutException):
+            viewer.recv()
+    finally:
+        web.kill()
+        web.wait()
