@@ -63,6 +63,18 @@
     ).join("\n");
   }
 
+  // The agent message being streamed into, started on its first delta.
+  function agentMessage() {
+    if (!liveText) {
+      liveText = el("div", "message assistant");
+      liveText.appendChild(el("div", "who", "Agent"));
+      liveText.appendChild(el("div", "text"));
+      liveText.raw = "";
+      eventsBox.appendChild(liveText);
+    }
+    return liveText;
+  }
+
   function render(event) {
     const p = event.payload || {};
     const nearBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 200;
@@ -79,29 +91,14 @@
       case "session_started":
         setStatus("Running", "running");
         break;
-      case "assistant_text_delta": {
-        if (!liveText) {
-          liveText = el("div", "message assistant");
-          liveText.appendChild(el("div", "who", "Agent"));
-          liveText.appendChild(el("div", "text"));
-          liveText.raw = "";
-          eventsBox.appendChild(liveText);
-        }
-        liveText.raw += p.text;
+      case "assistant_text_delta":
+        agentMessage().raw += p.text;
         liveText.lastChild.innerHTML = markdown(liveText.raw);
         break;
-      }
-      case "assistant_text": {
-        if (!liveText) {
-          liveText = el("div", "message assistant");
-          liveText.appendChild(el("div", "who", "Agent"));
-          liveText.appendChild(el("div", "text"));
-          eventsBox.appendChild(liveText);
-        }
-        liveText.lastChild.innerHTML = markdown(p.text || "");
+      case "assistant_text":
+        agentMessage().lastChild.innerHTML = markdown(p.text || "");
         liveText = null;
         break;
-      }
       case "tool_call":
         eventsBox.appendChild(details(p.name, describeInput(p.input), "tool call"));
         liveText = null;
