@@ -163,7 +163,7 @@ results = []
 
 def worker():
     latencies, connects, messages = [], [], []
-    errors = total = 0
+    errors = total = opened = 0
     sock, buf = None, b""
     while time.perf_counter() < window_end:
         began = None
@@ -171,6 +171,7 @@ def worker():
             if sock is None:
                 began = time.perf_counter()
                 sock, buf = connect(), b""
+                opened += 1
                 if began >= window_start:
                     connects.append(time.perf_counter() - began)
             sent = time.perf_counter()
@@ -194,7 +195,7 @@ def worker():
             time.sleep(0.05)
     if sock is not None:
         sock.close()
-    results.append((latencies, connects, errors, total, messages))
+    results.append((latencies, connects, errors, total, messages, opened))
 
 
 threads = [threading.Thread(target=worker, daemon=True) for _ in range(cfg["concurrency"])]
@@ -223,6 +224,7 @@ print(json.dumps({
     "connect_median": percentile(connects, 0.5),
     "errors": sum(r[2] for r in results),
     "total": sum(r[3] for r in results),
+    "connections": sum(r[5] for r in results),
     "messages": [m for r in results for m in r[4]][:5],
     "stuck_threads": sum(t.is_alive() for t in threads),
     "client_cpu": cpu / cfg["seconds"],
@@ -287,9 +289,10 @@ def serve_upstreams(cert: Path, key: Path, counters, ready) -> None:
 # --- processes ------------------------------------------------------------------------------
 
 
-def process_group_cpu(pgid: int) -> float:
-    """CPU seconds (user + system) of every live process in the group."""
-    ticks = os.sysconf("SC_CLK_TCK")
+def processes_cpu(*, pgid: int | None = None, name: str | None = None) -> float:
+    """CPU seconds (user + system) of the live processes in a process group, or of
+    those with a given command name, plus what their ended children used (so that
+    PostgreSQL backends that exit between two samples still count)."""
     total = 0
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -298,10 +301,18 @@ def process_group_cpu(pgid: int) -> float:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
+        comm = stat[stat.find("(") + 1 : stat.rfind(")")]
         fields = stat[stat.rfind(")") + 2 :].split()
-        if int(fields[2]) == pgid:
-            total += int(fields[11]) + int(fields[12])
-    return total / ticks
+        if int(fields[2]) == pgid or comm == name:
+            total += sum(int(value) for value in fields[11:15])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def host_cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return sum(values) - idle, sum(values)
 
 
 def pid_cpu(pid: int) -> float:
@@ -343,7 +354,7 @@ class Proxy:
             time.sleep(0.1)
 
     def cpu(self) -> float:
-        return process_group_cpu(self.process.pid)
+        return processes_cpu(pgid=self.process.pid)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -361,7 +372,10 @@ class Proxy:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal_number)
             time.sleep(0.2)
+        deadline = time.monotonic() + 10
         while port_open(GATEWAY, PROXY_PORT):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"something still listens on {GATEWAY}:{PROXY_PORT}")
             time.sleep(0.1)
 
 
@@ -461,9 +475,12 @@ def main() -> None:
                 cfg["concurrency"] = concurrency
                 proxy_cpu = proxy.cpu() if proxy else None
                 upstream_cpu = pid_cpu(upstream.pid)
+                postgres_cpu = processes_cpu(name="postgres")
+                host_before = host_cpu_times()
                 started = time.monotonic()
                 result = run_generator(cfg, in_sandbox_of=user)
                 wall = time.monotonic() - started
+                host_after = host_cpu_times()
                 result.update(
                     label=label,
                     where=where,
@@ -473,24 +490,36 @@ def main() -> None:
                     if proxy
                     else None,
                     upstream_cpu=(pid_cpu(upstream.pid) - upstream_cpu) / wall,
+                    postgres_cpu=(processes_cpu(name="postgres") - postgres_cpu) / wall,
+                    host_busy=(host_after[0] - host_before[0])
+                    / max(host_after[1] - host_before[1], 1),
                 )
                 rows.append(result)
                 print(
                     f"  {label:<34} c={concurrency:<3} {result['count'] / args.seconds:8.0f} req/s"
                     f"  median {ms(result['median'])} ms  errors {result['errors']}"
-                    + (f"  e.g. {result['messages'][0]}" if result["messages"] else ""),
+                    + (f"  e.g. {result['messages'][0]}" if result["messages"] else "")
+                    + (
+                        f"  {result['stuck_threads']} clients stuck"
+                        if result["stuck_threads"]
+                        else ""
+                    ),
                     flush=True,
                 )
 
         http = {"target": [APP_HOST, APP_PORT]}
-        tunnel = {"target": [TUNNEL_HOST, TUNNEL_PORT], "tls_name": TUNNEL_HOST}
-        tunnel.update(cadata=upstream_ca_pem)
+        tunnel = {
+            "target": [TUNNEL_HOST, TUNNEL_PORT],
+            "tls_name": TUNNEL_HOST,
+            "cadata": upstream_ca_pem,  # the client trusts the upstream's CA, not Quor's
+        }
         injected = {
             "target": [PROVIDER_HOST, PROVIDER_PORT],
             "tls_name": PROVIDER_HOST,
             "headers": [["x-api-key", "$ENV:ANTHROPIC_API_KEY"]],
         }
-        print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
+        load_before = os.getloadavg()[0]
+        print(f"{os.cpu_count()} CPUs, load average {load_before:.2f}", flush=True)
 
         # 1. Direct, from the host (the sandbox can reach nothing but the proxy).
         print("direct, from the host:", flush=True)
@@ -593,7 +622,7 @@ def main() -> None:
         upstream.join(5)
         # The bench network stays, as bench/sandbox_lifecycle.py leaves it.
 
-    report(rows, levels, audit, key_ok, key_other, time.monotonic() - began)
+    report(rows, levels, audit, key_ok, key_other, load_before, time.monotonic() - began)
 
 
 def _aware(timestamp: float):
@@ -602,7 +631,7 @@ def _aware(timestamp: float):
     return datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
 
 
-def report(rows, levels, audit, key_ok, key_other, elapsed) -> None:
+def report(rows, levels, audit, key_ok, key_other, load_before, elapsed) -> None:
     print()
     print(
         "Load generator: stdlib Python, one thread and one connection per client "
@@ -613,60 +642,95 @@ def report(rows, levels, audit, key_ok, key_other, elapsed) -> None:
         "every proxied run comes from inside the sandbox (1 CPU quota)."
     )
     print()
+    print(
+        "proxy CPU: all CPU time of the proxy's processes during the run (warm-up and "
+        "connection set-up included) / requests; client, upstream and PostgreSQL (all of its "
+        f"processes) CPU: share of one core; host busy: share of all {os.cpu_count()} cores."
+    )
+    print()
     header = (
         "| mode | from | clients | req/s | median ms | p99 ms | errors "
-        "| proxy CPU µs/req | client CPU | upstream CPU |"
+        "| proxy CPU µs/req | client CPU | upstream CPU | PostgreSQL CPU | host busy |"
     )
     print(header)
-    print("|" + " --- |" * 10)
+    print("|" + " --- |" * 12)
     for row in rows:
         proxy_cpu = "—" if row["proxy_cpu"] is None else f"{row['proxy_cpu'] * 1e6:.0f}"
         print(
             f"| {row['label']} | {row['where']} | {row['concurrency']} "
             f"| {row['count'] / row['seconds']:.0f} | {ms(row['median'])} | {ms(row['p99'])} "
             f"| {row['errors']} | {proxy_cpu} | {row['client_cpu'] * 100:.0f}% "
-            f"| {row['upstream_cpu'] * 100:.0f}% |"
+            f"| {row['upstream_cpu'] * 100:.0f}% | {row['postgres_cpu'] * 100:.0f}% "
+            f"| {row['host_busy'] * 100:.0f}% |"
         )
     by = {(r["label"], r["concurrency"]): r for r in rows}
 
     def rate(label, c):
         return by[(label, c)]["count"] / by[(label, c)]["seconds"]
 
+    def ratio(label, other, c) -> str:
+        return f"{rate(label, c) / rate(other, c):.2f}" if rate(other, c) else "n/a"
+
+    def added_ms(label, other, c):
+        a, b = by[(label, c)]["median"], by[(other, c)]["median"]
+        return None if a is None or b is None else (a - b) * 1000
+
+    def against_target(added) -> str:
+        if added is None:
+            return "n/a: no request completed within the window"
+        return f"{added:+.2f} ms ({'meets' if added < 5 else 'MISSES'} the target < 5 ms)"
+
     print()
     for c in levels:
-        ratio = rate("quor https tunnel", c) / rate("bare https tunnel", c)
-        verdict = "meets" if ratio >= 0.7 else "MISSES"
+        tunnel = ratio("quor https tunnel", "bare https tunnel", c)
+        verdict = "n/a" if tunnel == "n/a" else "meets" if float(tunnel) >= 0.7 else "MISSES"
         print(
-            f"Quor/bare throughput, HTTPS tunnel, keep-alive, {c} clients: {ratio:.2f} "
+            f"Quor/bare throughput, HTTPS tunnel, keep-alive, {c} clients: {tunnel} "
             f"({verdict} the target >= 0.7)"
         )
         print(
-            f"  (for information: plain HTTP {rate('quor http', c) / rate('bare http', c):.2f}, "
-            f"tunnel with a new connection per request "
-            f"{rate('quor https tunnel, new conn', c) / rate('bare https tunnel, new conn', c):.2f})"
+            f"  (for information: plain HTTP {ratio('quor http', 'bare http', c)}, tunnel with "
+            "a new connection per request "
+            f"{ratio('quor https tunnel, new conn', 'bare https tunnel, new conn', c)})"
         )
     for c in levels:
-        injected = by[("quor https intercepted+injected", c)]["median"]
-        against_bare = by[("bare https tunnel", c)]["median"]
-        against_direct = by[("direct https", c)]["median"]
-        added = (injected - against_bare) * 1000
-        verdict = "meets" if added < 5 else "MISSES"
         note = " (the target applies here)" if c == min(levels) else " (queueing included)"
+        direct = added_ms("quor https intercepted+injected", "direct https", c)
         print(
-            f"Added median latency of an injected request, {c} clients{note}: "
-            f"{added:+.2f} ms against the same HTTPS request tunneled through bare proxy.py "
-            f"from the sandbox ({verdict} the target < 5 ms); "
-            f"{(injected - against_direct) * 1000:+.2f} ms against direct from the host"
+            f"Added median latency of an injected request, {c} clients{note}, against the "
+            "same HTTPS request tunneled through bare proxy.py from the sandbox: "
+            + against_target(added_ms("quor https intercepted+injected", "bare https tunnel", c))
+            + ("" if direct is None else f"; {direct:+.2f} ms against direct from the host")
+        )
+    for c in levels:
+        print(
+            f"With a new connection per request, {c} clients, an injected request against the "
+            "same request tunneled through bare proxy.py, connection set-up included: "
+            + against_target(
+                added_ms("quor https injected, new conn", "bare https tunnel, new conn", c)
+            )
         )
     print(
         f"Injection check: the upstream saw the real key in {key_ok} requests and anything "
         f"else in x-api-key in {key_other}."
     )
+    sent = {
+        "forwarded": ("requests", sum(r["total"] for r in rows if r["label"] == "quor http")),
+        "injected": ("requests", sum(r["total"] for r in rows if "injected" in r["label"])),
+        "tunneled": (
+            "connections",
+            sum(r["connections"] for r in rows if r["label"].startswith("quor https tunnel")),
+        ),
+    }
     print(
         "Audit rows written by Quor's proxy during its runs: "
-        + ", ".join(f"{k} {v}" for k, v in audit.items())
+        + ", ".join(
+            f"{outcome} {count}"
+            + (f" (of {sent[outcome][1]} {sent[outcome][0]} sent)" if outcome in sent else "")
+            for outcome, count in audit.items()
+        )
     )
-    print(f"Whole bench: {elapsed:.0f} s")
+    print(f"Load average before the bench: {load_before:.2f}; the bench took {elapsed:.0f} s")
 
 
 if __name__ == "__main__":

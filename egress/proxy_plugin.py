@@ -6,12 +6,16 @@ thread. Request threads never touch the database: the directory and the audit lo
 each have one background thread per proxy process.
 """
 
+import functools
 import json
 import os
+import ssl
 import threading
 from http import HTTPStatus
 
 from django.conf import settings
+from proxy.common.constants import DEFAULT_SSL_CONTEXT_OPTIONS
+from proxy.core.connection import TcpServerConnection
 from proxy.http.exception import HttpRequestRejected
 from proxy.http.handler import HttpProtocolHandler
 from proxy.http.parser import HttpParser, httpParserTypes
@@ -250,3 +254,34 @@ def cap_request_bodies(limit: int) -> None:
     process_body.quor_capped = True
     HttpParser._process_body = process_body
     HttpProtocolHandler._parse_first_request = parse_first_request
+
+
+def reuse_upstream_tls_contexts() -> None:
+    """proxy.py builds a new upstream SSLContext, parsing the whole trust bundle (about
+    20 ms for the host's store), for every intercepted connection. Build each context
+    once per process instead; the rest is proxy.py's `TcpServerConnection.wrap`."""
+    original = TcpServerConnection.wrap
+    if getattr(original, "quor_cached", False):
+        return
+
+    @functools.lru_cache(maxsize=8)
+    def context(ca_file, verify_mode, check_hostname):
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
+        ctx.options |= DEFAULT_SSL_CONTEXT_OPTIONS
+        ctx.check_hostname = check_hostname
+        ctx.verify_mode = verify_mode
+        return ctx
+
+    def wrap(
+        self, hostname=None, ca_file=None, as_non_blocking=False, verify_mode=ssl.CERT_REQUIRED
+    ):
+        check_hostname = verify_mode != ssl.CERT_NONE and hostname is not None
+        self.connection.setblocking(True)
+        self._conn = context(ca_file, verify_mode, check_hostname).wrap_socket(
+            self.connection, server_hostname=hostname
+        )
+        if as_non_blocking:
+            self.connection.setblocking(False)
+
+    wrap.quor_cached = True
+    TcpServerConnection.wrap = wrap

@@ -7,7 +7,7 @@ from proxy import Proxy
 
 from egress import ca, readiness
 from egress.directory import load_contexts
-from egress.proxy_plugin import cap_request_bodies
+from egress.proxy_plugin import cap_request_bodies, reuse_upstream_tls_contexts
 from sandboxes.backends import get_backend
 
 
@@ -26,6 +26,7 @@ class Command(BaseCommand):
         host = get_backend().prepare_network()
         port = settings.QUOR_EGRESS_PROXY_PORT
         cap_request_bodies(settings.QUOR_EGRESS_MAX_BODY_BYTES)
+        reuse_upstream_tls_contexts()
         argv = [
             "--hostname", host,
             "--port", str(port),
