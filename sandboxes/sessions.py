@@ -50,11 +50,19 @@ def _publish(session_id, events: list[dict]) -> None:
     )
 
 
-def session_events_append(*, session: Session, events: list[tuple[str, dict]]) -> list[AgentEvent]:
+def session_events_append(
+    *, session: Session, events: list[tuple[str, dict]], status_from=None, status_to=None
+) -> list[AgentEvent]:
     """Stores events with consecutive seqs (the session row lock orders concurrent
-    writers), then publishes them once the transaction has committed."""
+    writers), then publishes them once the transaction has committed. A status change
+    given with them (from `status_from` to `status_to`) commits with them, so a viewer
+    who sees an event never finds the session in the state before it."""
     with transaction.atomic():
         Session.objects.select_for_update().filter(pk=session.pk).first()
+        if status_to is not None:
+            Session.objects.filter(pk=session.pk, status__in=status_from).update(
+                status=status_to, updated_at=timezone.now()
+            )
         last = session.events.aggregate(last=Max("seq"))["last"] or 0
         stored = AgentEvent.objects.bulk_create(
             AgentEvent(session=session, seq=last + number, kind=kind, payload=payload)
@@ -81,13 +89,10 @@ def session_events_report(*, session: Session, events) -> int:
         checked.append((kind, payload))
     if session.status == Session.Status.CANCELLED:
         raise Conflict("The session was cancelled.", code="sessions.cancelled")
-    stored = session_events_append(session=session, events=checked)
-    for kind, _ in checked:
-        status = RUNTIME_EVENT_KINDS[kind]
-        if status is not None:
-            Session.objects.filter(pk=session.pk, status=Session.Status.RUNNING).update(
-                status=status, updated_at=timezone.now()
-            )
+    outcome = next((RUNTIME_EVENT_KINDS[k] for k, _ in checked if RUNTIME_EVENT_KINDS[k]), None)
+    stored = session_events_append(
+        session=session, events=checked, status_from=[Session.Status.RUNNING], status_to=outcome
+    )
     return stored[-1].seq
 
 
@@ -218,11 +223,25 @@ def _latest_user_message(session: Session) -> str:
     return event.payload["text"]
 
 
-def _fail(session: Session, code: str, message: str) -> None:
-    session_events_append(session=session, events=[("error", {"code": code, "message": message})])
-    Session.objects.filter(pk=session.pk, status=Session.Status.RUNNING).update(
-        status=Session.Status.FAILED, updated_at=timezone.now()
-    )
+def _end_turn(session: Session, turn_started_seq: int, status, events=()) -> None:
+    """Ends this turn, unless the runtime already did or a newer turn has started (a
+    follow-up may start the next turn before this task has finished)."""
+    with transaction.atomic():
+        current = Session.objects.select_for_update().get(pk=session.pk)
+        newer = session.events.filter(kind="session_started", seq__gt=turn_started_seq)
+        if current.status != Session.Status.RUNNING or newer.exists():
+            return
+        session_events_append(
+            session=session, events=list(events),
+            status_from=[Session.Status.RUNNING], status_to=status,
+        )  # fmt: skip
+
+
+def _fail(session: Session, turn_started_seq: int, code: str, message: str) -> None:
+    _end_turn(
+        session, turn_started_seq, Session.Status.FAILED,
+        [("error", {"code": code, "message": message})],
+    )  # fmt: skip
 
 
 def session_run_turn(*, session_id) -> None:
@@ -231,18 +250,18 @@ def session_run_turn(*, session_id) -> None:
     session = Session.objects.select_related("sandbox", "model_provider", "owner").get(
         pk=session_id
     )
-    started = Session.objects.filter(pk=session.pk, status=Session.Status.PENDING).update(
-        status=Session.Status.RUNNING, updated_at=timezone.now()
-    )
-    if not started:
-        return
     provider = session.model_provider
-    session_events_append(
-        session=session,
-        events=[
-            ("session_started", {"model": session.model_name, "provider": provider.display_name})
-        ],
-    )
+    started_payload = {"model": session.model_name, "provider": provider.display_name}
+    with transaction.atomic():  # the turn starts with its event, or not at all
+        started = Session.objects.filter(pk=session.pk, status=Session.Status.PENDING).update(
+            status=Session.Status.RUNNING, updated_at=timezone.now()
+        )
+        if not started:
+            return
+        [started_event] = session_events_append(
+            session=session, events=[("session_started", started_payload)]
+        )
+    turn = started_event.seq
     try:
         workspace = services.session_workspace_ensure(session=session)
         backend, sandbox_id = get_backend(session.sandbox.backend), str(session.sandbox_id)
@@ -267,17 +286,19 @@ def session_run_turn(*, session_id) -> None:
             output_limit=64 * 1024,
         )
     except (QuorError, BackendError) as exc:
-        _fail(session, "agent.sandbox_unavailable", f"The sandbox could not run the agent: {exc}")
+        _fail(
+            session,
+            turn,
+            "agent.sandbox_unavailable",
+            f"The sandbox could not run the agent: {exc}",
+        )
         return
-    session.refresh_from_db()
-    if session.status != Session.Status.RUNNING:
-        return  # the runtime reported how the turn ended, or the user cancelled it
+    # The runtime normally ended the turn itself (turn_finished or error); these apply
+    # only if the session is still running this very turn.
     if result.timed_out:
-        _fail(session, "agent.timeout", "The agent ran past its time limit and was stopped.")
+        _fail(session, turn, "agent.timeout", "The agent ran past its time limit and was stopped.")
     elif result.exit_code != 0:
         detail = result.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        _fail(session, "agent.crashed", f"The agent stopped unexpectedly: {detail[0]}")
+        _fail(session, turn, "agent.crashed", f"The agent stopped unexpectedly: {detail[0]}")
     else:
-        Session.objects.filter(pk=session.pk, status=Session.Status.RUNNING).update(
-            status=Session.Status.WAITING, updated_at=timezone.now()
-        )
+        _end_turn(session, turn, Session.Status.WAITING)

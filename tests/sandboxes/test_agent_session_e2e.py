@@ -131,11 +131,20 @@ def test_a_session_from_prompt_to_files_follow_up_and_cancel(
     assert len([m for m in follow_up_request["messages"] if m["role"] == "assistant"]) == 4
 
     last = events[-1]["seq"]
-    api.post(f"/api/v1/sessions/{session.pk}/messages/", {"text": "Now wait."}, format="json")
+    assert (
+        api.post(
+            f"/api/v1/sessions/{session.pk}/messages/", {"text": "Now wait."}, format="json"
+        ).status_code
+        == 202
+    )
     collect_until(cookie, session, last, lambda e: e["kind"] == "tool_call")
     time.sleep(0.5)
     started = time.monotonic()
     cancelled = api.post(f"/api/v1/sessions/{session.pk}/cancel/")
+    assert cancelled.status_code == 200, (
+        cancelled.json(),
+        list(session.events.values_list("kind", flat=True)),
+    )
     assert cancelled.json()["status"] == "cancelled"
     deadline = time.monotonic() + 2
     while services.sandbox_exec(user=owner, argv=["pgrep", "-f", "^sleep 60"]).exit_code == 0:

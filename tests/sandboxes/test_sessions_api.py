@@ -226,3 +226,29 @@ def test_too_many_or_too_large_attachments_are_refused_before_anything_starts(
     assert not Session.objects.exists()
     assert not Sandbox.objects.exists()
     assert queued == []
+
+
+@pytest.mark.django_db
+def test_a_finishing_turn_never_ends_the_next_turn_started_by_a_follow_up(owner):
+    from sandboxes.sessions import _end_turn
+
+    session = factories.make_session(owner, status=Session.Status.RUNNING)
+    [first] = sessions.session_events_append(session=session, events=[("session_started", {})])
+    sessions.session_events_append(session=session, events=[("turn_finished", {})])
+    [second] = sessions.session_events_append(session=session, events=[("session_started", {})])
+    _end_turn(session, first.seq, Session.Status.WAITING)  # the first turn's task, late
+    session.refresh_from_db()
+    assert session.status == Session.Status.RUNNING
+    _end_turn(session, second.seq, Session.Status.WAITING)
+    session.refresh_from_db()
+    assert session.status == Session.Status.WAITING
+
+
+@pytest.mark.django_db
+def test_a_reported_end_of_turn_commits_with_its_event(owner):
+    session = factories.make_session(owner, status=Session.Status.RUNNING)
+    sessions.session_events_report(
+        session=session, events=[{"kind": "turn_finished", "payload": {}}]
+    )
+    session.refresh_from_db()
+    assert session.status == Session.Status.WAITING
