@@ -1,6 +1,7 @@
 from django.contrib import admin
 
-from sandboxes.models import AgentEvent, Sandbox, Session
+from quor.admin import OrganizationAdminAccess
+from sandboxes.models import AgentEvent, LibraryFile, Sandbox, Session, Skill
 
 
 @admin.register(Sandbox)
@@ -50,3 +51,25 @@ class AgentEventAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+@admin.register(Skill)
+class SkillAdmin(OrganizationAdminAccess, admin.ModelAdmin):
+    """Skill bundles can contain executable scripts: review them as code before adding."""
+
+    list_display = ["name", "organization", "description", "updated_at"]
+    list_filter = ["organization"]
+    search_fields = ["name", "description"]
+
+
+@admin.register(LibraryFile)
+class LibraryFileAdmin(admin.ModelAdmin):
+    list_display = ["path", "owner", "size", "updated_at"]
+    search_fields = ["path", "owner__email"]
+    list_select_related = ["owner"]
+    fields = ["owner", "path", "sha256", "updated_at"]
+    readonly_fields = ["sha256", "updated_at"]
+
+    @admin.display(description="Size")
+    def size(self, obj):
+        return len(obj.content)

@@ -101,6 +101,7 @@ class Session(models.Model):
     )
     model_name = models.CharField(max_length=200)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    skills = models.JSONField(default=list, blank=True, help_text="Names of the Skills chosen.")
     proxy_token = EncryptedCharField(max_length=100, default=new_secret_token, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -130,3 +131,50 @@ class AgentEvent(models.Model):
 
     def __str__(self):
         return f"{self.session_id} #{self.seq} {self.kind}"
+
+
+class Skill(models.Model):
+    """An organization's Skill: instructions and files (scripts, templates) that the
+    agent can use. Skill bundles can contain executable scripts: review them as code."""
+
+    organization = models.ForeignKey(
+        "quor.Organization", on_delete=models.CASCADE, related_name="skills"
+    )
+    name = models.SlugField(max_length=100, help_text="Its folder name in the sandbox.")
+    description = models.CharField(max_length=500, help_text="Shown to the agent in AGENTS.md.")
+    files = models.JSONField(
+        default=dict,
+        help_text='Relative path → text content, e.g. {"SKILL.md": "...", "run.py": "..."}.',
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["organization", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["organization", "name"], name="skill_name_unique")
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class LibraryFile(models.Model):
+    """A file of a user's User Library: available in every session of that user."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="library_files"
+    )
+    path = models.CharField(max_length=500)
+    content = models.BinaryField()
+    sha256 = models.CharField(max_length=64, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["owner", "path"]
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "path"], name="library_path_unique")
+        ]
+
+    def __str__(self):
+        return self.path

@@ -14,7 +14,8 @@ from quor.lib.permissions import check_model_access, check_sandbox_access
 from sandboxes import services
 from sandboxes.backends import get_backend
 from sandboxes.backends.base import BackendError
-from sandboxes.models import AgentEvent, Session
+from sandboxes.managed import sync_managed_area
+from sandboxes.models import AgentEvent, Session, Skill
 
 # Kinds the agent runtime may report, and the session status each one leaves behind.
 RUNTIME_EVENT_KINDS = {
@@ -143,14 +144,25 @@ def _copy_attachments(session: Session, attachments) -> None:
 
 
 @transaction.atomic
-def session_create(*, user, prompt, model: str, title: str = "", attachments=()) -> Session:
+def session_create(
+    *, user, prompt, model: str, title: str = "", attachments=(), skills=()
+) -> Session:
     """A new session; the agent starts working on the prompt in the background.
     Attached files are copied into the session's workspace first."""
     check_sandbox_access(user)
     choice = check_model_access(user, model)
     prompt = _clean_message(prompt)
     _check_attachments(attachments)
+    organization = user.membership.organization
+    unknown = set(skills) - set(
+        Skill.objects.filter(organization=organization).values_list("name", flat=True)
+    )
+    if unknown:
+        raise InvalidInput(
+            f"Unknown Skills: {', '.join(sorted(unknown))}.", code="sessions.unknown_skill"
+        )
     session = Session.objects.create(
+        skills=sorted(set(skills)),
         owner=user,
         sandbox=services.get_or_create_sandbox(user=user),
         title=(title or prompt.strip().splitlines()[0])[:200],
@@ -203,12 +215,21 @@ AGENT = ["python3", "/opt/quor/agent.py"]
 
 
 def agents_md(session: Session) -> str:
-    """The session's agent instructions: the organization's, and where things are."""
+    """The session's agent instructions: the organization's, the chosen Skills, and
+    where attachments and the library are."""
     organization = session.owner.membership.organization
     parts = ["# Instructions for this session", ""]
     if organization.workspace_instructions.strip():
         parts += [organization.workspace_instructions.strip(), ""]
+    skills = Skill.objects.filter(organization=organization, name__in=session.skills)
+    if skills:
+        parts += ["## Skills", "", "Read a Skill's SKILL.md before using it:", ""]
+        parts += [f"- `skills/{skill.name}/`: {skill.description}" for skill in skills]
+        parts += [""]
     parts += [
+        "Files attached to this session are in `attachments/`; the user's library is in",
+        "`library/` (shared by all their sessions).",
+        "",
         "You work in this directory; it is this session's own workspace.",
         "Every network request goes through Quor's egress proxy. Credentials are never in",
         "this sandbox: use the placeholders in the environment and the proxy adds the real",
@@ -264,6 +285,7 @@ def session_run_turn(*, session_id) -> None:
     turn = started_event.seq
     try:
         workspace = services.session_workspace_ensure(session=session)
+        sync_managed_area(session=session)
         backend, sandbox_id = get_backend(session.sandbox.backend), str(session.sandbox_id)
         for name, content in (
             (".quor/next-message.txt", _latest_user_message(session)),

@@ -10,6 +10,7 @@ from quor import selectors as quor_selectors
 from quor.lib.errors import QuorError
 from quor.lib.permissions import get_active_membership
 from sandboxes import selectors, sessions
+from sandboxes.models import Skill
 
 
 def _models_for(user):
@@ -27,6 +28,11 @@ def _session_or_404(user, session_id):
         raise Http404("No such session.") from None
 
 
+def _skills_for(user):
+    membership = getattr(user, "membership", None)
+    return Skill.objects.filter(organization_id=membership.organization_id) if membership else []
+
+
 @login_required
 def session_list(request):
     return render(
@@ -35,6 +41,7 @@ def session_list(request):
         {
             "sessions": selectors.sessions_of(request.user)[:100],
             "models": _models_for(request.user),
+            "skills": _skills_for(request.user),
         },
     )
 
@@ -49,6 +56,7 @@ def session_new(request):
             model=request.POST.get("model", ""),
             title=request.POST.get("title", ""),
             attachments=request.FILES.getlist("attachments"),
+            skills=request.POST.getlist("skills"),
         )
     except QuorError as exc:
         messages.error(request, exc.message)

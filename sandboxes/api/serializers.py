@@ -91,6 +91,12 @@ class SessionCreateSerializer(StrictSerializer):
     prompt = serializers.CharField(trim_whitespace=False)
     model = serializers.CharField(help_text="An id from /api/v1/models/.")
     title = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    skills = serializers.ListField(
+        child=serializers.CharField(max_length=100),
+        required=False,
+        max_length=50,
+        help_text="Names of the organization's Skills to use.",
+    )
 
 
 class MessageSerializer(StrictSerializer):
@@ -106,3 +112,13 @@ class AgentEventSerializer(serializers.Serializer):
 
 class RuntimeEventsSerializer(StrictSerializer):
     events = serializers.ListField(child=serializers.JSONField(), allow_empty=False)
+
+
+class LibraryFileSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    size = serializers.SerializerMethodField()
+    sha256 = serializers.CharField()
+    updated_at = serializers.DateTimeField()
+
+    def get_size(self, item) -> int:
+        return len(item.content)

@@ -8,6 +8,7 @@ router.register("sessions", views.SessionViewSet, basename="api-session")
 
 urlpatterns = [
     path("sandbox/", views.MySandboxView.as_view(), name="api-my-sandbox"),
+    path("library/", views.LibraryView.as_view(), name="api-library"),
     path("runtime/whoami/", views.RuntimeWhoAmIView.as_view(), name="api-runtime-whoami"),
     path(
         "runtime/sessions/<str:session_id>/events/",

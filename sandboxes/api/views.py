@@ -9,7 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from quor.lib.errors import InvalidInput, NotFound, QuorError
-from sandboxes import selectors, services, sessions
+from sandboxes import library, selectors, services, sessions
 from sandboxes.api.authentication import SandboxCredentialAuthentication
 from sandboxes.api.serializers import (
     REFUSED_SANDBOX_OPTIONS,
@@ -17,6 +17,7 @@ from sandboxes.api.serializers import (
     ExecRequestSerializer,
     ExecResultSerializer,
     FileEntrySerializer,
+    LibraryFileSerializer,
     MessageSerializer,
     RuntimeEventsSerializer,
     RuntimeIdentitySerializer,
@@ -55,7 +56,9 @@ class SessionViewSet(viewsets.ViewSet):
     def create(self, request):
         """Starts a session: the agent works on the prompt in the user's sandbox. Send
         JSON, or multipart with `attachments` files (copied into `attachments/`)."""
-        fields = {key: request.data[key] for key in request.data if key != "attachments"}
+        fields = request.data.copy()  # a QueryDict for multipart: lists stay lists
+        if isinstance(fields, dict):
+            fields.pop("attachments", None)
         serializer = SessionCreateSerializer(data=fields)
         serializer.is_valid(raise_exception=True)
         session = sessions.session_create(
@@ -263,3 +266,33 @@ class RuntimeSessionEventsView(APIView):
             session=session, events=serializer.validated_data["events"]
         )
         return Response({"last_seq": last_seq})
+
+
+class LibraryView(APIView):
+    """The user's library: files available in every session (in `library/`)."""
+
+    parser_classes = [RawBodyParser]
+
+    @extend_schema(responses=LibraryFileSerializer(many=True))
+    def get(self, request):
+        return Response(LibraryFileSerializer(request.user.library_files.all(), many=True).data)
+
+    @extend_schema(
+        parameters=[PATH],
+        request={"application/octet-stream": OpenApiTypes.BINARY},
+        responses={201: LibraryFileSerializer},
+    )
+    def put(self, request):
+        """Stores the raw body as the library file at `path` (replacing it)."""
+        size = int(request.META.get("CONTENT_LENGTH") or 0)
+        item = library.library_file_put(
+            user=request.user,
+            path=request.query_params.get("path", ""),
+            content=b"".join(_body_chunks(request.data, size)),
+        )
+        return Response(LibraryFileSerializer(item).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(parameters=[PATH], responses={204: None})
+    def delete(self, request):
+        library.library_file_delete(user=request.user, path=request.query_params.get("path", ""))
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -252,3 +252,33 @@ def test_a_reported_end_of_turn_commits_with_its_event(owner):
     )
     session.refresh_from_db()
     assert session.status == Session.Status.WAITING
+
+
+@pytest.mark.django_db
+def test_a_json_array_or_an_unknown_skill_creates_no_session(api, model_id, queued):
+    assert api.post("/api/v1/sessions/", [1, 2], format="json").status_code == 400
+    response = api.post(
+        "/api/v1/sessions/", {"prompt": "hi", "model": model_id, "skills": ["nope"]}, format="json"
+    )
+    assert (response.status_code, response.json()["error"]["code"]) == (
+        400,
+        "sessions.unknown_skill",
+    )
+    assert not Session.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_user_library_is_managed_through_the_api(api, owner, client_for, colleague):
+    put = api.put(
+        "/api/v1/library/?path=notes/todo.txt",
+        data=b"buy milk",
+        content_type="application/octet-stream",
+    )
+    assert put.status_code == 201
+    assert put.json()["size"] == 8
+    assert [f["path"] for f in api.get("/api/v1/library/").json()] == ["notes/todo.txt"]
+    assert client_for(colleague).get("/api/v1/library/").json() == []
+    bad = api.put("/api/v1/library/?path=../x", data=b"x", content_type="application/octet-stream")
+    assert bad.json()["error"]["code"] == "files.invalid_path"
+    assert api.delete("/api/v1/library/?path=notes/todo.txt").status_code == 204
+    assert api.delete("/api/v1/library/?path=notes/todo.txt").status_code == 404

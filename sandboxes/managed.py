@@ -1,0 +1,71 @@
+"""Skills and the User Library, synchronised into a managed area of the user's sandbox
+(/workspace/.quor-managed) and linked into each session's directory.
+
+Sync is incremental by content hash: a manifest in the managed area records the hash of
+every file Quor put there, and only files whose hash changed are copied again."""
+
+import hashlib
+import json
+
+from sandboxes.backends import get_backend
+from sandboxes.backends.base import WORKSPACE
+from sandboxes.models import LibraryFile, Session, Skill
+from sandboxes.services import clean_relative_path, session_workspace
+
+MANAGED = f"{WORKSPACE}/.quor-managed"
+MANIFEST = "manifest.json"
+
+
+def managed_files(session: Session) -> dict[str, bytes]:
+    """Every file the session's user should have: the organization's Skills and the
+    user's library, by path inside the managed area."""
+    files = {}
+    organization = session.owner.membership.organization
+    for skill in Skill.objects.filter(organization=organization):
+        for path, content in skill.files.items():
+            files[f"skills/{skill.name}/{clean_relative_path(path)}"] = str(content).encode()
+    for item in LibraryFile.objects.filter(owner=session.owner):
+        files[f"library/{clean_relative_path(item.path)}"] = bytes(item.content)
+    return files
+
+
+def _run(backend, sandbox_id, argv):
+    return backend.exec(sandbox_id, argv, cwd=WORKSPACE, env={}, timeout_s=60, output_limit=1 << 20)
+
+
+def sync_managed_area(*, session: Session) -> dict[str, int]:
+    """Copies what changed, removes what went away, links the area into the session."""
+    backend, sandbox_id = get_backend(session.sandbox.backend), str(session.sandbox_id)
+    wanted = managed_files(session)
+    hashes = {path: hashlib.sha256(data).hexdigest() for path, data in wanted.items()}
+    current = _run(backend, sandbox_id, ["cat", f"{MANAGED}/{MANIFEST}"])
+    try:
+        known = json.loads(current.stdout) if current.exit_code == 0 else {}
+    except ValueError:
+        known = {}
+    changed = [path for path, digest in hashes.items() if known.get(path) != digest]
+    removed = [path for path in known if path not in hashes]
+    directories = {f"{MANAGED}/{path.rsplit('/', 1)[0]}" for path in changed if "/" in path}
+    _run(
+        backend,
+        sandbox_id,
+        ["mkdir", "-p", MANAGED, f"{MANAGED}/skills", f"{MANAGED}/library", *sorted(directories)],
+    )
+    for path in changed:
+        backend.write_file(sandbox_id, MANAGED, path, [wanted[path]], len(wanted[path]))
+    if removed:
+        _run(backend, sandbox_id, ["rm", "-f", "--", *(f"{MANAGED}/{path}" for path in removed)])
+    manifest = json.dumps(hashes, sort_keys=True).encode()
+    backend.write_file(sandbox_id, MANAGED, MANIFEST, [manifest], len(manifest))
+    workspace = session_workspace(session)
+    for name in ("skills", "library"):
+        _run(
+            backend,
+            sandbox_id,
+            ["ln", "-sfn", f"../../.quor-managed/{name}", f"{workspace}/{name}"],
+        )
+    return {
+        "copied": len(changed),
+        "unchanged": len(hashes) - len(changed),
+        "removed": len(removed),
+    }
