@@ -73,3 +73,9 @@ def test_seed_demo_creates_the_demo_organization_once(capsys, monkeypatch):
     assert Organization.objects.filter(slug="demo").count() == 1
     demo = Organization.objects.get(slug="demo")
     assert list(demo.model_providers.values_list("display_name", flat=True)) == ["Demo (scripted)"]
+
+
+def test_the_scripted_demo_model_refuses_to_run_outside_development(settings):
+    settings.DEBUG = False
+    with pytest.raises(CommandError, match="only in development"):
+        call_command("run_demo_model")
