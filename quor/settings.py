@@ -31,9 +31,9 @@ ALLOWED_HOSTS = envlist("QUOR_ALLOWED_HOSTS", "127.0.0.1,localhost")
 CSRF_TRUSTED_ORIGINS = envlist("QUOR_CSRF_TRUSTED_ORIGINS", "")
 
 # PostgreSQL. Default: the local server on its Unix socket, database `quor`.
-DATABASES = {
-    "default": dj_database_url.parse(env("DATABASE_URL", "postgresql:///quor"), conn_max_age=60)
-}
+# No persistent connections: under ASGI every request runs on its own thread, and a kept
+# connection per thread would exhaust PostgreSQL (Django's advice for async servers).
+DATABASES = {"default": dj_database_url.parse(env("DATABASE_URL", "postgresql:///quor"))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Redis: Celery broker, Channels layer, locks and signalling.
@@ -154,7 +154,12 @@ CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         # channels_redis waits 5 s for messages; redis-py's own read timeout must be longer.
-        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]},
+        "CONFIG": {
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+            # Messages waiting per viewer before the layer drops new ones (viewers then
+            # fill gaps from the database).
+            "capacity": 1500,
+        },
     }
 }
 

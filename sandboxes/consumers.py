@@ -2,9 +2,12 @@
 
 Everything after SEQ is sent first, then live events, in order, without gaps or
 duplicates: the consumer joins the session's group before reading the backlog, and
-fills any gap from the database (the truth) when a live event skips ahead.
+fills any gap from the database (the truth) when a live event skips ahead. The channel
+layer may drop messages under load, so a quiet viewer also checks the database every
+few seconds: an event never stays undelivered, not even a session's last one.
 """
 
+import asyncio
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -16,6 +19,7 @@ from sandboxes.sessions import serialize_event, session_group
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+CATCH_UP_SECONDS = 3
 
 
 class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
@@ -34,16 +38,29 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         query = parse_qs(self.scope.get("query_string", b"").decode())
         after = query.get("after", ["0"])[0]
         self.last_seq = int(after) if after.isdigit() else 0
+        self.sending = asyncio.Lock()
         self.group = session_group(self.session.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         await self.send_from_database()
+        self.catch_up = asyncio.create_task(self.catch_up_regularly())
 
     async def disconnect(self, code):
+        if hasattr(self, "catch_up"):
+            self.catch_up.cancel()
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
+    async def catch_up_regularly(self):
+        while True:
+            await asyncio.sleep(CATCH_UP_SECONDS)
+            await self.send_from_database()
+
     async def send_from_database(self):
+        async with self.sending:
+            await self._send_from_database()
+
+    async def _send_from_database(self):
         while True:
             events = await database_sync_to_async(selectors.events_after)(
                 self.session, self.last_seq
@@ -55,11 +72,12 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
                 return
 
     async def agent_events(self, message):
-        for event in message["events"]:
-            if event["seq"] <= self.last_seq:
-                continue  # already sent from the backlog
-            if event["seq"] > self.last_seq + 1:
-                await self.send_from_database()  # a gap: the database has it
-                continue
-            await self.send_json(event)
-            self.last_seq = event["seq"]
+        async with self.sending:
+            for event in message["events"]:
+                if event["seq"] <= self.last_seq:
+                    continue  # already sent from the backlog
+                if event["seq"] > self.last_seq + 1:
+                    await self._send_from_database()  # a gap: the database has it
+                    continue
+                await self.send_json(event)
+                self.last_seq = event["seq"]

@@ -162,3 +162,25 @@ def test_a_viewer_misses_nothing_across_a_restart_of_the_web_process(owner, proc
     finally:
         web.kill()
         web.wait()
+
+
+def test_an_event_whose_live_message_was_lost_still_arrives(owner, monkeypatch):
+    """The channel layer may drop messages under load: a quiet viewer finds the
+    session's last event in the database by itself."""
+    from sandboxes import sessions as session_services
+
+    session = factories.make_session(owner)
+    cookie = cookie_for(owner)
+
+    async def scenario():
+        from channels.db import database_sync_to_async
+
+        communicator = connect(session, cookie)
+        await communicator.connect()
+        monkeypatch.setattr(session_services, "_publish", lambda *args: None)  # lost
+        await database_sync_to_async(append)(session, "the last word")
+        event = await communicator.receive_json_from(timeout=10)
+        assert (event["seq"], event["payload"]["text"]) == (1, "the last word")
+        await communicator.disconnect()
+
+    async_to_sync(scenario)()
