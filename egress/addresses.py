@@ -163,7 +163,3 @@ def blocked_reason(address: Address) -> str | None:
     ):
         return "reserved"
     return None
-
-
-def address_is_allowed(address: Address) -> bool:
-    return blocked_reason(address) is None

@@ -192,8 +192,3 @@ class Directory:
 
     def context_for(self, address: str) -> SandboxContext | None:
         return self._contexts.get(address)
-
-    def replace(self, contexts: dict[str, SandboxContext]) -> None:
-        """For `egress_check`: a one-off snapshot, no thread."""
-        self._contexts = contexts
-        self._loaded.set()
