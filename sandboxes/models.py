@@ -102,6 +102,12 @@ class Session(models.Model):
     model_name = models.CharField(max_length=200)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     skills = models.JSONField(default=list, blank=True, help_text="Names of the Skills chosen.")
+    apps = models.ManyToManyField(
+        "integrations.App",
+        blank=True,
+        related_name="sessions",
+        help_text="The Apps this session may use with their credentials.",
+    )
     proxy_token = EncryptedCharField(max_length=100, default=new_secret_token, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -178,3 +184,69 @@ class LibraryFile(models.Model):
 
     def __str__(self):
         return self.path
+
+
+class ScheduledTask(models.Model):
+    """A prompt that Celery beat runs as a new session on a cron schedule, with nobody
+    present: Ask actions of the pre-approved Apps go through, others fail at once."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="scheduled_tasks"
+    )
+    name = models.CharField(max_length=200)
+    prompt = models.TextField()
+    cron = models.CharField(max_length=100, help_text="Five fields: minute hour day month weekday.")
+    timezone = models.CharField(max_length=64, default="UTC")
+    model_provider = models.ForeignKey(
+        "quor.ModelProvider", on_delete=models.PROTECT, related_name="scheduled_tasks"
+    )
+    model_name = models.CharField(max_length=200)
+    skills = models.JSONField(default=list, blank=True)
+    apps = models.ManyToManyField("integrations.App", blank=True, related_name="scheduled_tasks")
+    preapproved_apps = models.ManyToManyField(
+        "integrations.App",
+        blank=True,
+        related_name="preapproved_in_tasks",
+        help_text="Apps whose Ask actions go through during a run (Deny still applies).",
+    )
+    enabled = models.BooleanField(default=True)
+    next_run_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["owner", "name"]
+
+    def __str__(self):
+        return self.name
+
+
+class ScheduledRun(models.Model):
+    """One due time of a scheduled task, and what became of it."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running", "Running"
+        FINISHED = "finished", "Finished"
+        FAILED = "failed", "Failed"
+        SKIPPED = "skipped", "Skipped"
+
+    task = models.ForeignKey(ScheduledTask, on_delete=models.CASCADE, related_name="runs")
+    scheduled_for = models.DateTimeField()
+    session = models.OneToOneField(
+        Session, on_delete=models.SET_NULL, null=True, blank=True, related_name="scheduled_run"
+    )
+    status = models.CharField(max_length=10, choices=Status.choices)
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-scheduled_for"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task", "scheduled_for"], name="scheduled_run_once_per_time"
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.task} at {self.scheduled_for:%Y-%m-%d %H:%M}"

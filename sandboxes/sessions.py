@@ -9,6 +9,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from apps.selectors import apps_for_selection
 from quor.lib.errors import Conflict, InvalidInput, QuorError
 from quor.lib.permissions import check_model_access, check_sandbox_access
 from sandboxes import services
@@ -145,7 +146,7 @@ def _copy_attachments(session: Session, attachments) -> None:
 
 @transaction.atomic
 def session_create(
-    *, user, prompt, model: str, title: str = "", attachments=(), skills=()
+    *, user, prompt, model: str, title: str = "", attachments=(), skills=(), apps=()
 ) -> Session:
     """A new session; the agent starts working on the prompt in the background.
     Attached files are copied into the session's workspace first."""
@@ -161,6 +162,7 @@ def session_create(
         raise InvalidInput(
             f"Unknown Skills: {', '.join(sorted(unknown))}.", code="sessions.unknown_skill"
         )
+    selected_apps = apps_for_selection(organization, apps)
     session = Session.objects.create(
         skills=sorted(set(skills)),
         owner=user,
@@ -169,6 +171,7 @@ def session_create(
         model_provider=choice.provider,
         model_name=choice.name,
     )
+    session.apps.set(selected_apps)
     if attachments:
         services.session_workspace_ensure(session=session)
         _copy_attachments(session, attachments)

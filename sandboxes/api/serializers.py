@@ -19,10 +19,21 @@ REFUSED_SANDBOX_OPTIONS = {
 
 class SessionSerializer(serializers.ModelSerializer):
     model = serializers.SerializerMethodField()
+    apps = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
 
     class Meta:
         model = Session
-        fields = ["id", "title", "model", "status", "created_at", "updated_at", "finished_at"]
+        fields = [
+            "id",
+            "title",
+            "model",
+            "status",
+            "skills",
+            "apps",
+            "created_at",
+            "updated_at",
+            "finished_at",
+        ]
         read_only_fields = fields
 
     def get_model(self, session) -> str:
@@ -96,6 +107,12 @@ class SessionCreateSerializer(StrictSerializer):
         required=False,
         max_length=50,
         help_text="Names of the organization's Skills to use.",
+    )
+    apps = serializers.ListField(
+        child=serializers.IntegerField(),
+        required=False,
+        max_length=100,
+        help_text="Ids of the organization's Apps this session may use (from /api/v1/apps/).",
     )
 
 
