@@ -57,7 +57,7 @@ class ApprovalRequest(models.Model):
 
 
 class SessionGrant(models.Model):
-    """"Approve matching actions for this session": later requests of this App action
+    """ "Approve matching actions for this session": later requests of this App action
     in this session pass without asking."""
 
     session = models.ForeignKey(

@@ -242,7 +242,9 @@ class AppIndex:
             if pattern.scheme != scheme:
                 continue
             base = pattern.base_path
-            if base and not (path.lower() == base.lower() or path.lower().startswith(base.lower() + "/")):
+            if base and not (
+                path.lower() == base.lower() or path.lower().startswith(base.lower() + "/")
+            ):
                 continue
             rank = (len(base), -app.app_id)
             if best is None or rank > best[0]:
@@ -326,4 +328,3 @@ def credential_headers(app: App, secret: str) -> dict[str, str]:
     if app.credential_style == "basic":
         return {"authorization": "Basic " + base64.b64encode(secret.encode()).decode()}
     return {app.credential_header: secret}
-

@@ -9,9 +9,10 @@ import binascii
 import hmac
 import ipaddress
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 
+from apps.policy import AppDecision, AppIndex, SessionApps, credential_headers, decide_app_request
 from egress.addresses import InvalidHost, blocked_reason, numeric_address, parse_host
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -60,6 +61,10 @@ class SandboxContext:
     routes: tuple[CredentialRoute, ...] = ()
     domain_allow: tuple[str, ...] = ()
     domain_deny: tuple[str, ...] = ()
+    apps: AppIndex = field(default_factory=AppIndex)  # the organization's enabled Apps
+    sessions: Mapping[str, SessionApps] = field(default_factory=dict)  # by session id
+    # App id -> (the credential this sandbox's user gets, "user" or "organization")
+    app_credentials: Mapping[int, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -139,17 +144,18 @@ def find_route(context: SandboxContext, host: str, port: int) -> CredentialRoute
     return next((r for r in context.routes if (r.host, r.port) == (host, port)), None)
 
 
-def _check_policy(context: SandboxContext, host: str, route):
+def _check_policy(context: SandboxContext, host: str, port: int, route):
     if domain_matches(host, context.domain_deny):
         raise Refusal(403, "egress.policy_denied", f"{host} is on the organization's denylist.")
     if context.network_policy == "deny":
         raise Refusal(403, "egress.policy_denied", "This sandbox may only reach the Quor API.")
     restricted = context.network_policy == "restricted" or bool(context.domain_allow)
-    if restricted and route is None and not domain_matches(host, context.domain_allow):
+    configured = route is not None or context.apps.serves(host, port)
+    if restricted and not configured and not domain_matches(host, context.domain_allow):
         raise Refusal(
             403,
             "egress.policy_denied",
-            f"{host} is not allowed: only model providers and allowed domains are.",
+            f"{host} is not allowed: only model providers, Apps and allowed domains are.",
         )
 
 
@@ -193,12 +199,14 @@ def decide_destination(
         route = find_route(context, api_host, api_port)
         return Destination(api_host, api_port, addresses, route, requested=(host, port))
     route = find_route(context, host, port)
-    _check_policy(context, host, route)
+    _check_policy(context, host, port, route)
     allowlisted = (host, port) in rules.private_allowlist
     addresses = resolve_checked(host, resolve, check=not allowlisted)
     if port not in rules.allowed_ports and route is None and not allowlisted:
         raise Refusal(403, "egress.port_not_allowed", f"Port {port} is not allowed.")
-    return Destination(host, port, addresses, route, intercept=bool(route and route.https))
+    # App hosts are intercepted so that each request inside meets its App's policy.
+    intercept = bool(route and route.https) or context.apps.serves(host, port)
+    return Destination(host, port, addresses, route, intercept=intercept)
 
 
 # --- requests inside a connection ----------------------------------------------------------
@@ -291,3 +299,79 @@ def prepare_request(
             403, "egress.placeholder_misuse", "A credential placeholder was sent in the URL."
         )
     return prepared
+
+
+# --- App requests ----------------------------------------------------------------------------
+
+APP_REFUSALS = {
+    "apps.action_denied": "Your organization does not allow {what}. Do not retry; tell the user.",
+    "apps.not_selected": "{app} is not enabled for this session. The user can start a session "
+    "with it.",
+    "apps.nobody_to_ask": "{what} needs the user's approval, and nobody can answer during this "
+    "scheduled run ({app} is not pre-approved for the task). It was not sent; do not retry.",
+    "apps.noncanonical_path": "Requests to {app} must use a plain path (no dot segments, empty "
+    "segments or encoded slashes).",
+    "approvals.rejected": "The user rejected {what}. It was not sent; do not retry it, ask the "
+    "user what to do instead.",
+    "approvals.expired": "Nobody approved {what} in time. It was not sent; ask the user before "
+    "trying again.",
+    "approvals.unavailable": "{what} needs the user's approval, but approvals are unavailable "
+    "right now. It was not sent; try again later.",
+}
+
+
+def app_action_label(decision: AppDecision) -> str:
+    names = ", ".join(action.name for action in decision.actions) or "this request"
+    return f"{decision.app.name}: {names}" if decision.app else names
+
+
+def app_refusal(code: str, decision: AppDecision) -> Refusal:
+    what = app_action_label(decision)
+    app = decision.app.name if decision.app else "this App"
+    return Refusal(403, code, APP_REFUSALS[code].format(what=what, app=app))
+
+
+def decide_app(
+    context: SandboxContext,
+    destination: Destination,
+    *,
+    session_id: str | None,
+    method: str,
+    target: str,
+    intercepted: bool,
+    extra_grants: frozenset[tuple[int, str]] = frozenset(),
+) -> AppDecision:
+    """The App policy's answer for one request on this connection."""
+    session = context.sessions.get(session_id) if session_id else None
+    if session is not None and extra_grants:
+        session = replace(session, grants=session.grants | extra_grants)
+    return decide_app_request(
+        context.apps,
+        session,
+        method=method,
+        scheme="https" if intercepted else "http",
+        host=destination.host,
+        port=destination.port,
+        target=target,
+    )
+
+
+def app_credential(
+    context: SandboxContext, decision: AppDecision, headers: Mapping[str, str]
+) -> dict[str, str]:
+    """The App's credential header(s) for an allowed request. Without a connected
+    credential the request goes as the sandbox sent it, unless that carries the
+    placeholder: nothing is forwarded with a placeholder in it."""
+    app = decision.app
+    secret, _ = context.app_credentials.get(app.app_id, (None, ""))
+    if secret:
+        return credential_headers(app, secret)
+    carried = headers.get(app.credential_header, "")
+    if context.placeholder in carried:
+        raise Refusal(
+            403,
+            "egress.credential_unavailable",
+            f"No {app.name} credential is connected for this user; connect one on the Apps "
+            "page, or ask an administrator for the organization's.",
+        )
+    return {}

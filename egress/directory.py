@@ -15,6 +15,9 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
+from approvals.models import SessionGrant
+from apps.policy import SessionApps
+from apps.selectors import app_secrets, credential_for, policy_indexes
 from egress.decisions import (
     SANDBOX_PRINCIPAL,
     SESSION_PRINCIPAL_PREFIX,
@@ -24,7 +27,7 @@ from egress.decisions import (
 )
 from egress.models import EgressDomainRule
 from quor.models import ModelProvider
-from sandboxes.models import Sandbox, Session
+from sandboxes.models import Sandbox, ScheduledRun, Session
 
 logger = logging.getLogger(__name__)
 
@@ -99,14 +102,23 @@ def load_contexts() -> dict[str, SandboxContext]:
         rules_by_org.setdefault(rule.organization_id, {"allow": [], "deny": []})[
             rule.action
         ].append(rule.pattern.lower())
+    recent_sessions = list(
+        Session.objects.filter(
+            sandbox__in=sandboxes, updated_at__gte=timezone.now() - SESSION_TOKEN_WINDOW
+        ).only("id", "sandbox_id", "proxy_token")
+    )
+    session_apps = load_session_apps(recent_sessions)
     tokens_by_sandbox: dict = {}
-    recent = timezone.now() - SESSION_TOKEN_WINDOW
-    for session in Session.objects.filter(sandbox__in=sandboxes, updated_at__gte=recent).only(
-        "id", "sandbox_id", "proxy_token"
-    ):
+    apps_by_sandbox: dict = {}
+    for session in recent_sessions:
         tokens_by_sandbox.setdefault(session.sandbox_id, {})[
             f"{SESSION_PRINCIPAL_PREFIX}{session.pk}"
         ] = session.proxy_token
+        apps_by_sandbox.setdefault(session.sandbox_id, {})[str(session.pk)] = session_apps[
+            session.pk
+        ]
+    indexes = policy_indexes(organization_ids)
+    secrets = app_secrets(organization_ids)
     api_host, api_port, api_https = url_endpoint(settings.QUOR_SANDBOX_API_URL)
 
     contexts = {}
@@ -140,8 +152,44 @@ def load_contexts() -> dict[str, SandboxContext]:
             ),
             domain_allow=tuple(rules["allow"]),
             domain_deny=tuple(rules["deny"]),
+            apps=indexes[organization_id],
+            sessions=apps_by_sandbox.get(sandbox.pk, {}),
+            app_credentials={
+                app_id: found
+                for app_id in indexes[organization_id].apps
+                if (found := credential_for(secrets, app_id, sandbox.user_id))[0]
+            },
         )
     return contexts
+
+
+def load_session_apps(sessions) -> dict:
+    """Per session: the Apps it selected, its grants, and (during an unattended
+    scheduled run) the Apps the task pre-approved."""
+    ids = [session.pk for session in sessions]
+    selected: dict = {pk: set() for pk in ids}
+    for session_id, app_id in Session.apps.through.objects.filter(session_id__in=ids).values_list(
+        "session_id", "app_id"
+    ):
+        selected[session_id].add(app_id)
+    grants: dict = {pk: set() for pk in ids}
+    for session_id, app_id, key in SessionGrant.objects.filter(session_id__in=ids).values_list(
+        "session_id", "app_id", "action_key"
+    ):
+        grants[session_id].add((app_id, key))
+    preapproved: dict = {}
+    for run in ScheduledRun.objects.filter(
+        session_id__in=ids, status=ScheduledRun.Status.RUNNING
+    ).prefetch_related("task__preapproved_apps"):
+        preapproved[run.session_id] = frozenset(a.pk for a in run.task.preapproved_apps.all())
+    return {
+        pk: SessionApps(
+            selected=frozenset(selected[pk]),
+            grants=frozenset(grants[pk]),
+            preapproved=preapproved.get(pk),
+        )
+        for pk in ids
+    }
 
 
 class Directory:

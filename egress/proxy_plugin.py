@@ -21,18 +21,25 @@ from proxy.http.handler import HttpProtocolHandler
 from proxy.http.parser import HttpParser, httpParserTypes
 from proxy.http.proxy import HttpProxyBasePlugin
 
-from egress.audit import AuditLog
+from approvals.models import ApprovalRequest
+from apps import policy
+from egress.audit import AuditLog, mask_path
 from egress.decisions import (
     SESSION_PRINCIPAL_PREFIX,
     Refusal,
+    app_action_label,
+    app_credential,
+    app_refusal,
     authenticate,
     check_request_target,
+    decide_app,
     decide_destination,
     prepare_request,
     upstream_host_header,
 )
 from egress.directory import Directory
 from egress.models import EgressDecision
+from egress.parking import GRANTED, ApprovalDesk
 from egress.resolver import make_resolver
 
 SESSION_HEADER = "x-quor-session"
@@ -60,6 +67,8 @@ class _ProcessState:
         self.audit = AuditLog()
         self.audit.start()
         self.resolve = make_resolver(settings.QUOR_EGRESS_DNS_SERVER)
+        self.desk = ApprovalDesk()
+        self.desk.start()
 
 
 def rejection(refusal: Refusal) -> HttpRequestRejected:
@@ -96,9 +105,7 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
 
     def _record(self, request, outcome, *, refusal=None, credential_kind=""):
         context = self.context
-        session_id = None
-        if self.principal and self.principal.startswith(SESSION_PRINCIPAL_PREFIX):
-            session_id = self.principal[len(SESSION_PRINCIPAL_PREFIX) :]
+        session_id = self.session_id
         destination = self.destination
         self.state.audit.record(
             sandbox_id=context.sandbox_id if context else None,
@@ -114,6 +121,12 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
             addresses=list(destination.addresses) if destination else [],
             credential_kind=credential_kind or "",
         )
+
+    @property
+    def session_id(self) -> str | None:
+        if self.principal and self.principal.startswith(SESSION_PRINCIPAL_PREFIX):
+            return self.principal[len(SESSION_PRINCIPAL_PREFIX) :]
+        return None
 
     def _refuse(self, request, refusal: Refusal):
         self._record(request, EgressDecision.Outcome.BLOCKED, refusal=refusal)
@@ -185,15 +198,19 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
                 intercepted=intercepted,
             )
             headers = (
-                {_text(k): _text(v[1]) for k, v in request.headers.items()}
+                {_text(k).lower(): _text(v[1]) for k, v in request.headers.items()}
                 if request.headers
                 else {}
             )
+            app_headers, app_kind = self._apply_app_policy(request, intercepted, headers)
             prepared = prepare_request(
                 self.context, self.destination, headers, target=_text(request.path)
             )
         except Refusal as refusal:
             raise self._refuse(request, refusal) from None
+        if app_headers:
+            prepared.set_headers.update(app_headers)
+            prepared.credential_kind = app_kind
         host_header = upstream_host_header(self.destination)
         if host_header:
             prepared.set_headers["host"] = host_header
@@ -213,6 +230,56 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
         )
         self._record(request, outcome, credential_kind=prepared.credential_kind)
         return request
+
+    def _apply_app_policy(self, request, intercepted: bool, headers: dict):
+        """Decides the request by its App's policy, parking it for the user's approval
+        when it must; returns the credential headers to set (removing what the sandbox
+        sent in their place from `headers`) and the audit's credential kind."""
+        target = _text(request.path)
+        method = _text(request.method).upper()
+        decision = decide_app(
+            self.context,
+            self.destination,
+            session_id=self.session_id,
+            method=method,
+            target=target,
+            intercepted=intercepted,
+            extra_grants=self.state.desk.listener.grants_for(self.session_id or ""),
+        )
+        if decision.outcome == policy.REFUSE:
+            raise app_refusal(decision.reason, decision)
+        if decision.outcome == policy.PARK:
+            self._park(decision, method, target, intercepted)
+        if decision.outcome == policy.FORWARD:
+            return {}, ""
+        credential = app_credential(self.context, decision, headers)
+        headers.pop(decision.app.credential_header, None)
+        for name in credential:
+            headers.pop(name, None)
+        return credential, f"app:{decision.app.app_id}"
+
+    def _park(self, decision, method: str, target: str, intercepted: bool) -> None:
+        """Waits for the session owner; returns only if the request was approved."""
+        destination = self.destination
+        scheme = "https" if intercepted else "http"
+        default_port = 443 if intercepted else 80
+        port = "" if destination.port == default_port else f":{destination.port}"
+        status = self.state.desk.park_and_wait(
+            session_id=self.session_id,
+            app_id=decision.app.app_id,
+            app_name=decision.app.name,
+            actions=[{"key": a.key, "name": a.name, "policy": a.policy} for a in decision.actions],
+            method=method,
+            url=f"{scheme}://{destination.host}{port}{mask_path(target)}",
+            summary=f"{app_action_label(decision)} ({method} {mask_path(target).split('?')[0]})",
+        )
+        if status in (ApprovalRequest.Status.APPROVED, GRANTED):
+            return
+        code = {
+            ApprovalRequest.Status.REJECTED: "approvals.rejected",
+            ApprovalRequest.Status.EXPIRED: "approvals.expired",
+        }.get(status, "approvals.unavailable")
+        raise app_refusal(code, decision)
 
 
 class BodyTooLarge(HttpRequestRejected):

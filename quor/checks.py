@@ -46,3 +46,18 @@ def check_encryption_key(app_configs, **kwargs):
             id="quor.E004",
         )
     ]
+
+
+@register()
+def check_approval_timeout(app_configs, **kwargs):
+    """proxy.py drops a connection that was silent longer than its idle timeout as soon
+    as a parked request's hook returns: an approval would then arrive for nobody."""
+    if settings.QUOR_EGRESS_IDLE_TIMEOUT > settings.QUOR_APPROVAL_TIMEOUT_SECONDS:
+        return []
+    return [
+        Error(
+            "QUOR_APPROVAL_TIMEOUT_SECONDS must be shorter than QUOR_EGRESS_IDLE_TIMEOUT.",
+            hint="A request parked for approval keeps its proxied connection silent.",
+            id="quor.E005",
+        )
+    ]

@@ -176,6 +176,16 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "mark-idle-sandboxes": {"task": "sandboxes.tasks.mark_idle_sandboxes", "schedule": 60.0},
+    # Starts due scheduled tasks; on the default queue, not behind slow sandbox work.
+    "run-scheduled-tasks": {
+        "task": "sandboxes.tasks.run_scheduled_tasks",
+        "schedule": 30.0,
+        "options": {"queue": "default", "expires": 25},
+    },
+    "expire-stale-approvals": {
+        "task": "approvals.tasks.expire_stale_approvals",
+        "schedule": 60.0,
+    },
     "delete-old-egress-decisions": {
         "task": "egress.tasks.delete_old_egress_decisions",
         "schedule": 3600.0,
@@ -214,6 +224,8 @@ QUOR_EGRESS_ALLOWED_PORTS = [int(p) for p in envlist("QUOR_EGRESS_ALLOWED_PORTS"
 QUOR_EGRESS_MAX_BODY_BYTES = envint("QUOR_EGRESS_MAX_BODY_BYTES", 32 * 1024 * 1024)
 # Seconds a proxied connection may stay silent (long model calls and streams).
 QUOR_EGRESS_IDLE_TIMEOUT = envint("QUOR_EGRESS_IDLE_TIMEOUT", 600)
+# Seconds a request parked for the user's approval waits before it fails closed.
+QUOR_APPROVAL_TIMEOUT_SECONDS = envint("QUOR_APPROVAL_TIMEOUT_SECONDS", 300)
 # Where the proxy keeps its CA (created on first start, then kept).
 QUOR_EGRESS_CA_DIR = Path(env("QUOR_EGRESS_CA_DIR", str(BASE_DIR / "var" / "egress-ca")))
 # DNS server (host:port) the proxy asks; empty: the system resolver.

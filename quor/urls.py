@@ -24,6 +24,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/", include("quor.api.urls")),
     path("api/v1/", include("sandboxes.api.urls")),
+    path("api/v1/", include("approvals.api.urls")),
     re_path(r"^api/(?P<unmatched>.*)$", views.api_not_found),
 ]
 

@@ -104,6 +104,7 @@ def sandbox_environment(sandbox: Sandbox, proxy_address: str) -> dict[str, str]:
         **proxy_environment(proxy_address, SANDBOX_PRINCIPAL, sandbox.proxy_token),
         "QUOR_API_URL": f"http://{API_ALIAS[0]}",
         "QUOR_API_TOKEN": sandbox.placeholder,
+        "QUOR_CREDENTIAL_PLACEHOLDER": sandbox.placeholder,
         "ANTHROPIC_API_KEY": sandbox.placeholder,
         "OPENAI_API_KEY": sandbox.placeholder,
         "OPENROUTER_API_KEY": sandbox.placeholder,

@@ -12,7 +12,7 @@ from django.utils import timezone
 from apps.selectors import apps_for_selection
 from quor.lib.errors import Conflict, InvalidInput, QuorError
 from quor.lib.permissions import check_model_access, check_sandbox_access
-from sandboxes import services
+from sandboxes import scheduled, services
 from sandboxes.backends import get_backend
 from sandboxes.backends.base import BackendError
 from sandboxes.managed import sync_managed_area
@@ -72,6 +72,7 @@ def session_events_append(
         )
         serialized = [serialize_event(event) for event in stored]
         transaction.on_commit(lambda: _publish(session.pk, serialized))
+        scheduled.session_turn_ended(session=session, status_to=status_to)
     return stored
 
 
@@ -209,6 +210,10 @@ def session_cancel(*, user, session: Session) -> Session:
         if not updated:
             raise Conflict("The session is not running.", code="sessions.not_running")
         session_events_append(session=session, events=[("cancelled", {"by": user.email})])
+        scheduled.session_turn_ended(session=session, status_to=Session.Status.CANCELLED)
+        from approvals.services import approvals_expire_for_session  # imports this module
+
+        approvals_expire_for_session(session)
     services.stop_agent_process(session=session)
     session.refresh_from_db()
     return session
@@ -239,6 +244,20 @@ def agents_md(session: Session) -> str:
         "ones. A 403 with a JSON `error.code` from the proxy means the request is not allowed;",
         "report it rather than working around it.",
     ]
+    apps = list(session.apps.all())
+    if apps:
+        parts += [
+            "",
+            "## Apps",
+            "",
+            "These Apps are enabled for this session. Call their APIs directly (curl, an SDK):",
+            "the proxy adds the credential, so send no token, or the placeholder from",
+            "`$QUOR_CREDENTIAL_PLACEHOLDER` where a tool insists on one. Some actions wait",
+            "for the user's approval (the request stays open until they answer); a 403",
+            "`approvals.rejected` or `apps.action_denied` is final: do not retry it.",
+            "",
+        ]
+        parts += [f"- {app.name}: {', '.join(app.url_patterns)}" for app in apps]
     return "\n".join(parts) + "\n"
 
 

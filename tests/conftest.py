@@ -84,8 +84,8 @@ def docker_client():
 
 @pytest.fixture(scope="session")
 def upstream_fakes():
-    """A DNS server the proxy asks, a model provider with real HTTPS (test CA), and
-    plain HTTP Apps, all on loopback and reached through the private allowlist."""
+    """A DNS server the proxy asks, a model provider and an App with real HTTPS (test
+    CA), and plain HTTP Apps, all on loopback and reached through the private allowlist."""
     from pathlib import Path
     from types import SimpleNamespace
 
@@ -95,7 +95,7 @@ def upstream_fakes():
     from tests.fakes import FakeDnsServer, RecordingServer, SilentServer, make_test_ca
 
     _, cert, key = make_test_ca(
-        Path(settings.QUOR_EXTRA_CA_BUNDLE).parent, ["provider.test", "model.test"]
+        Path(settings.QUOR_EXTRA_CA_BUNDLE).parent, ["provider.test", "model.test", "apps.test"]
     )
     dns_host, dns_port = settings.QUOR_EGRESS_DNS_SERVER.split(":")
     fakes = SimpleNamespace(
@@ -105,12 +105,14 @@ def upstream_fakes():
         app_on_127_0_0_2=RecordingServer("127.0.0.2", 18080, name="app-127.0.0.2"),
         silent=SilentServer("127.0.0.1", 18444),
         model=ScriptedModelServer("127.0.0.1", 18445, tls=(cert, key)),
+        tls_app=RecordingServer("127.0.0.1", 18446, name="tls-app", tls=(cert, key)),
     )
     fakes.dns.records.update(
         {
             "silent.test": ["127.0.0.1"],
             "model.test": ["127.0.0.1"],
             "provider.test": ["127.0.0.1"],
+            "apps.test": ["127.0.0.1"],
             "app.test": ["127.0.0.1"],
             "other.test": ["127.0.0.1"],
             "private.test": ["10.1.2.3"],
@@ -119,7 +121,14 @@ def upstream_fakes():
         }
     )
     yield fakes
-    for server in (fakes.provider, fakes.app, fakes.app_on_127_0_0_2, fakes.silent, fakes.model):
+    for server in (
+        fakes.provider,
+        fakes.app,
+        fakes.app_on_127_0_0_2,
+        fakes.silent,
+        fakes.model,
+        fakes.tls_app,
+    ):
         server.close()
     fakes.dns.close()
 

@@ -2,6 +2,7 @@
 
 import itertools
 
+from apps.models import App, AppAction, AppCredential
 from quor import services
 from quor.models import Membership, ModelProvider, Organization
 from sandboxes.models import AgentEvent, Sandbox, Session
@@ -55,3 +56,22 @@ def make_session(user, provider=None, **fields) -> Session:
 
 def make_event(session, seq, kind="assistant_text", **payload) -> AgentEvent:
     return AgentEvent.objects.create(session=session, seq=seq, kind=kind, payload=payload)
+
+
+def make_app(organization, *, actions=(), credential=None, **fields) -> App:
+    """An enabled App; `actions` are (key, method, path, policy) tuples."""
+    fields.setdefault("name", f"App {next(_counter)}")
+    fields.setdefault("url_patterns", ["https://apps.test:18446"])
+    app = App.objects.create(organization=organization, **fields)
+    for key, method, path, policy in actions:
+        AppAction.objects.create(
+            app=app,
+            key=key,
+            name=key.replace(".", " ").capitalize(),
+            methods=[method],
+            paths=[path],
+            policy=policy,
+        )
+    if credential:
+        AppCredential.objects.create(app=app, secret=credential)
+    return app

@@ -129,7 +129,7 @@ class RecordingServer:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            do_GET = do_POST = _handle
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 
             def log_message(self, *args):
                 pass

@@ -1,0 +1,38 @@
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from approvals import services
+from approvals.api.serializers import ApprovalSerializer, DecisionSerializer
+from quor.lib.errors import NotFound
+from sandboxes import selectors
+from sandboxes.selectors import is_uuid
+
+STATUS = OpenApiParameter("status", OpenApiTypes.STR, OpenApiParameter.QUERY)
+
+
+class SessionApprovalsView(APIView):
+    @extend_schema(parameters=[STATUS], responses=ApprovalSerializer(many=True))
+    def get(self, request, session_id):
+        """The session's approval requests, newest first."""
+        session = selectors.get_session_for_user(request.user, session_id)
+        approvals = services.approvals_of_session(session, status=request.GET.get("status"))
+        return Response([services.approval_payload(a) for a in approvals])
+
+
+class ApprovalDecisionView(APIView):
+    @extend_schema(request=DecisionSerializer, responses=ApprovalSerializer)
+    def post(self, request, approval_id):
+        """The session owner approves once, approves matching actions for the session,
+        or rejects. Only pending, unexpired requests can be decided (409 otherwise)."""
+        if not is_uuid(approval_id):
+            raise NotFound("No such approval request.", code="approvals.not_found")
+        serializer = DecisionSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        approval = services.decide_approval(
+            user=request.user,
+            approval_id=approval_id,
+            decision=serializer.validated_data["decision"],
+        )
+        return Response(services.approval_payload(approval))

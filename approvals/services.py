@@ -1,0 +1,232 @@
+"""Approval requests: recorded by the egress proxy, decided by the session owner.
+
+PostgreSQL is the truth: a parked request is forwarded with a credential only when
+its row says approved. Every decision goes through one conditional update
+(`status = pending`), so the user, the proxy's timeout and a cancelled turn cannot
+both win. Redis only wakes the waiting proxy (`approvals.wakeup`)."""
+
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from approvals import wakeup
+from approvals.models import ApprovalRequest, SessionGrant
+from quor.lib.errors import Conflict, InvalidInput, NotFound
+from sandboxes.models import Session
+from sandboxes.sessions import session_events_append
+
+DECISIONS = {
+    "approve_once": (ApprovalRequest.Status.APPROVED, ApprovalRequest.DecidedVia.USER),
+    "approve_session": (
+        ApprovalRequest.Status.APPROVED,
+        ApprovalRequest.DecidedVia.SESSION_GRANT,
+    ),
+    "reject": (ApprovalRequest.Status.REJECTED, ApprovalRequest.DecidedVia.USER),
+}
+
+
+def approval_payload(approval: ApprovalRequest) -> dict:
+    """What the session page, the API and the events show of an approval."""
+    return {
+        "id": str(approval.pk),
+        "session": str(approval.session_id),
+        "app": approval.app_name,
+        "actions": approval.actions,
+        "method": approval.method,
+        "url": approval.url,
+        "summary": approval.summary,
+        "status": approval.status,
+        "decided_via": approval.decided_via,
+        "created_at": approval.created_at.isoformat(),
+        "expires_at": approval.expires_at.isoformat(),
+        "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
+    }
+
+
+def _covered(session_id, app_id, keys) -> bool:
+    if not keys:
+        return False
+    granted = set(
+        SessionGrant.objects.filter(
+            session_id=session_id, app_id=app_id, action_key__in=keys
+        ).values_list("action_key", flat=True)
+    )
+    return granted >= set(keys)
+
+
+def park_request_for_approval(
+    *,
+    approval_id: uuid.UUID,
+    session_id,
+    app_id: int,
+    app_name: str,
+    actions: list[dict],
+    method: str,
+    url: str,
+    summary: str,
+) -> ApprovalRequest | None:
+    """Records a parked request and sends its card to the session; None when a grant
+    for this session already covers it (it landed after the proxy's snapshot)."""
+    keys = [a["key"] for a in actions if a["policy"] == "ask"]
+    with transaction.atomic():
+        session = Session.objects.select_for_update().get(pk=session_id)
+        if _covered(session.pk, app_id, keys):
+            return None
+        approval = ApprovalRequest.objects.create(
+            id=approval_id,
+            session=session,
+            app_id=app_id,
+            app_name=app_name[:100],
+            actions=actions,
+            method=method[:16],
+            url=url,
+            summary=summary[:300],
+            expires_at=timezone.now() + timedelta(seconds=settings.QUOR_APPROVAL_TIMEOUT_SECONDS),
+        )
+        session_events_append(
+            session=session,
+            events=[("approval_requested", {"approval": approval_payload(approval)})],
+        )
+    return approval
+
+
+def _decide(approval_ids, status, via, user=None) -> list[ApprovalRequest]:
+    """The race arbiter: only rows still pending change; returns those that did."""
+    now = timezone.now()
+    changed = list(
+        ApprovalRequest.objects.select_for_update()
+        .filter(pk__in=approval_ids, status=ApprovalRequest.Status.PENDING)
+        .order_by("created_at")
+    )
+    for approval in changed:
+        approval.status, approval.decided_via = status, via
+        approval.decided_by, approval.decided_at = user, now
+        approval.save(update_fields=["status", "decided_via", "decided_by", "decided_at"])
+    return changed
+
+
+def _announce(session, decided: list[ApprovalRequest], grants=()) -> None:
+    if not decided:
+        return
+    session_events_append(
+        session=session,
+        events=[("approval_decided", {"approval": approval_payload(a)}) for a in decided],
+    )
+    messages = [{"id": str(a.pk), "status": a.status} for a in decided]
+    transaction.on_commit(lambda: wakeup.publish(messages, grants=grants))
+
+
+def decide_approval(*, user, approval_id, decision: str) -> ApprovalRequest:
+    """The session owner's answer. Anyone else: 404. Twice or too late: 409, no change."""
+    if decision not in DECISIONS:
+        raise InvalidInput(
+            f"decision must be one of {', '.join(DECISIONS)}.", code="approvals.invalid_decision"
+        )
+    status, via = DECISIONS[decision]
+    with transaction.atomic():
+        approval = (
+            ApprovalRequest.objects.select_for_update()
+            .select_related("session")
+            .filter(pk=approval_id, session__owner=user)
+            .first()
+        )
+        if approval is None:
+            raise NotFound("No such approval request.", code="approvals.not_found")
+        if approval.status != ApprovalRequest.Status.PENDING:
+            raise Conflict(
+                f"This request was already decided ({approval.status}).",
+                code="approvals.already_decided",
+            )
+        if approval.expires_at <= timezone.now():
+            raise Conflict(
+                "This request expired; the agent was told it was not approved.",
+                code="approvals.expired",
+            )
+        decided = _decide([approval.pk], status, via, user)
+        grants = []
+        if decision == "approve_session" and approval.app_id is not None:
+            grants = _grant_for_session(approval)
+            decided += _approve_covered_requests(approval, user)
+        _announce(approval.session, decided, grants)
+    approval.refresh_from_db()
+    return approval
+
+
+def _grant_for_session(approval: ApprovalRequest) -> list[list]:
+    grants = []
+    for key in approval.action_keys:
+        SessionGrant.objects.get_or_create(
+            session_id=approval.session_id,
+            app_id=approval.app_id,
+            action_key=key,
+            defaults={"approval": approval},
+        )
+        grants.append([str(approval.session_id), approval.app_id, key])
+    return grants
+
+
+def _approve_covered_requests(approval: ApprovalRequest, user) -> list[ApprovalRequest]:
+    """Other requests of the session parked for actions the new grant covers."""
+    others = ApprovalRequest.objects.filter(
+        session_id=approval.session_id,
+        app_id=approval.app_id,
+        status=ApprovalRequest.Status.PENDING,
+        expires_at__gt=timezone.now(),
+    ).exclude(pk=approval.pk)
+    covered = [o.pk for o in others if _covered(o.session_id, o.app_id, o.action_keys)]
+    return _decide(
+        covered, ApprovalRequest.Status.APPROVED, ApprovalRequest.DecidedVia.SESSION_GRANT, user
+    )
+
+
+def approval_settle(approval_id) -> str:
+    """For the proxy when it stops waiting (timeout, lost signal): expires the request
+    unless a decision is already recorded, and returns the final status."""
+    with transaction.atomic():
+        approval = ApprovalRequest.objects.select_related("session").get(pk=approval_id)
+        decided = _decide(
+            [approval.pk], ApprovalRequest.Status.EXPIRED, ApprovalRequest.DecidedVia.PROXY
+        )
+        _announce(approval.session, decided)
+    approval.refresh_from_db()
+    return approval.status
+
+
+def approvals_expire_for_session(session: Session) -> int:
+    """A cancelled turn: its parked requests fail at once."""
+    with transaction.atomic():
+        pending = session.approval_requests.filter(status=ApprovalRequest.Status.PENDING)
+        decided = _decide(
+            list(pending.values_list("pk", flat=True)),
+            ApprovalRequest.Status.EXPIRED,
+            ApprovalRequest.DecidedVia.CANCEL,
+        )
+        _announce(session, decided)
+    return len(decided)
+
+
+def approvals_expire_stale() -> int:
+    """Requests whose proxy went away (restart, crash) stay pending past their expiry:
+    mark them, so the session page stops offering a decision."""
+    stale = ApprovalRequest.objects.filter(
+        status=ApprovalRequest.Status.PENDING, expires_at__lt=timezone.now()
+    ).values_list("pk", flat=True)[:500]
+    count = 0
+    for approval_id in list(stale):
+        count += approval_settle(approval_id) == ApprovalRequest.Status.EXPIRED
+    return count
+
+
+def approvals_of_session(session: Session, *, status: str | None = None):
+    approvals = session.approval_requests.all()
+    if status:
+        if status not in ApprovalRequest.Status.values:
+            raise InvalidInput(
+                f"status must be one of {', '.join(ApprovalRequest.Status.values)}.",
+                code="approvals.invalid_status",
+            )
+        approvals = approvals.filter(status=status)
+    return approvals

@@ -1,0 +1,125 @@
+"""Waking the proxy that holds a parked request, through Redis publish/subscribe.
+
+Only a speed-up: a decision is published after its row is committed, and a proxy
+that misses it (Redis down, a lost message) settles the request from PostgreSQL,
+which fails closed unless an approval is recorded there."""
+
+import json
+import logging
+import threading
+import time
+
+import redis
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+LOST = "lost"  # the listener lost Redis while the request was parked
+
+
+def channel() -> str:
+    return f"quor:approvals:{settings.QUOR_DEPLOYMENT}"
+
+
+def publish(decisions: list[dict], *, grants=()) -> None:
+    """decisions: [{"id", "status"}]; grants: [[session id, app id, action key]]."""
+    message = json.dumps({"decisions": decisions, "grants": list(grants)})
+    try:
+        client = redis.Redis.from_url(
+            settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2
+        )
+        client.publish(channel(), message)
+        client.close()
+    except redis.RedisError:
+        logger.warning("could not publish an approval decision; the proxy will read it later")
+
+
+class _Waiter:
+    def __init__(self):
+        self.event = threading.Event()
+        self.status = None
+
+
+class DecisionListener:
+    """One subscriber thread per proxy process; parked request threads wait on it."""
+
+    def __init__(self, health_check_seconds: float = 2.0):
+        self.health_check_seconds = health_check_seconds
+        self._lock = threading.Lock()
+        self._waiters: dict[str, _Waiter] = {}
+        self._grants: dict[str, set[tuple[int, str]]] = {}
+        self._subscribed = threading.Event()
+
+    @property
+    def healthy(self) -> bool:
+        return self._subscribed.is_set()
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="egress-approvals", daemon=True).start()
+
+    def wait_until_subscribed(self, timeout: float) -> bool:
+        return self._subscribed.wait(timeout)
+
+    def expect(self, approval_id: str) -> None:
+        """Registers interest before the row exists, so no decision can come too early."""
+        with self._lock:
+            self._waiters[approval_id] = _Waiter()
+
+    def wait(self, approval_id: str, timeout: float) -> str | None:
+        """The status the decision announced, LOST, or None on timeout."""
+        with self._lock:
+            waiter = self._waiters[approval_id]
+        waiter.event.wait(max(timeout, 0))
+        with self._lock:
+            self._waiters.pop(approval_id, None)
+        return waiter.status
+
+    def forget(self, approval_id: str) -> None:
+        with self._lock:
+            self._waiters.pop(approval_id, None)
+
+    def grants_for(self, session_id: str) -> frozenset[tuple[int, str]]:
+        """Session grants announced since the directory's last snapshot."""
+        with self._lock:
+            return frozenset(self._grants.get(session_id, ()))
+
+    def _deliver(self, raw: bytes) -> None:
+        message = json.loads(raw)
+        with self._lock:
+            for session_id, app_id, key in message.get("grants", []):
+                self._grants.setdefault(session_id, set()).add((int(app_id), key))
+            for decision in message.get("decisions", []):
+                waiter = self._waiters.get(decision["id"])
+                if waiter is not None:
+                    waiter.status = decision["status"]
+                    waiter.event.set()
+
+    def _fail_all(self) -> None:
+        with self._lock:
+            for waiter in self._waiters.values():
+                waiter.status = LOST
+                waiter.event.set()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                client = redis.Redis.from_url(
+                    settings.REDIS_URL,
+                    socket_connect_timeout=2,
+                    socket_timeout=self.health_check_seconds + 3,
+                    health_check_interval=self.health_check_seconds,
+                )
+                pubsub = client.pubsub(ignore_subscribe_messages=True)
+                pubsub.subscribe(channel())
+                pubsub.get_message(timeout=2)  # the subscribe confirmation
+                self._subscribed.set()
+                while True:
+                    message = pubsub.get_message(timeout=1.0)
+                    if message and message.get("type") == "message":
+                        self._deliver(message["data"])
+            except Exception:
+                if self._subscribed.is_set():
+                    logger.warning("lost Redis: parked requests fail closed", exc_info=True)
+                self._subscribed.clear()
+                self._fail_all()
+                time.sleep(1)

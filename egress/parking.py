@@ -1,0 +1,66 @@
+"""Parking a request until the session owner decides, for the proxy plugin.
+
+Under `--threaded` a parked request holds only its own connection's thread, waiting
+on an event; the database work (recording the request, settling it) runs on a small
+pool of threads, so request threads still never open a database connection."""
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+
+from django.db import close_old_connections
+
+from approvals import services, wakeup
+from approvals.models import ApprovalRequest
+
+GRANTED = "granted"  # a session grant already covered it
+UNAVAILABLE = "unavailable"  # approvals cannot work right now: fail closed
+DATABASE_TIMEOUT = 30
+
+
+def _with_fresh_connection(function, *args, **kwargs):
+    close_old_connections()
+    try:
+        return function(*args, **kwargs)
+    finally:
+        close_old_connections()
+
+
+class ApprovalDesk:
+    def __init__(self, listener: wakeup.DecisionListener | None = None, workers: int = 4):
+        self.listener = listener or wakeup.DecisionListener()
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="egress-approvals-db")
+
+    def start(self) -> None:
+        self.listener.start()
+
+    def park_and_wait(self, **request) -> str:
+        """Records the request, waits for the decision, returns the final status:
+        approved, rejected, expired, GRANTED or UNAVAILABLE."""
+        if not self.listener.healthy:
+            return UNAVAILABLE
+        approval_id = uuid.uuid4()
+        self.listener.expect(str(approval_id))
+        try:
+            approval = self._pool.submit(
+                _with_fresh_connection,
+                services.park_request_for_approval,
+                approval_id=approval_id,
+                **request,
+            ).result(DATABASE_TIMEOUT)
+        except Exception:
+            self.listener.forget(str(approval_id))
+            return UNAVAILABLE
+        if approval is None:
+            self.listener.forget(str(approval_id))
+            return GRANTED
+        remaining = (approval.expires_at - datetime.now(UTC)).total_seconds()
+        status = self.listener.wait(str(approval_id), remaining)
+        if status in ApprovalRequest.Status.values and status != ApprovalRequest.Status.PENDING:
+            return status
+        try:  # no word (timeout) or lost Redis: PostgreSQL decides, expiring it if still open
+            return self._pool.submit(
+                _with_fresh_connection, services.approval_settle, approval_id
+            ).result(DATABASE_TIMEOUT)
+        except Exception:
+            return UNAVAILABLE
