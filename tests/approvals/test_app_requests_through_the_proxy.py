@@ -318,3 +318,30 @@ def test_the_app_token_never_appears_inside_the_sandbox(session, owner, upstream
     through_proxy(owner, [call("GET", REPO)], session=session)
     assert received_by_app(upstream_fakes)[0]["headers"]["authorization"].endswith(APP_TOKEN)
     assert places_holding(owner, APP_TOKEN) == []
+
+
+def test_egress_check_reports_the_app_actions_policy_and_credential(session, owner, app, capsys):
+    from django.core.management import call_command
+
+    from apps.models import AppCredential
+
+    def check(method, path):
+        call_command(
+            "egress_check", "--session", str(session.pk), "--method", method,
+            f"https://apps.test:18446{path}",
+        )  # fmt: skip
+        return json.loads(capsys.readouterr().out)["app"]
+
+    denied = check("DELETE", REPO)
+    assert [a["key"] for a in denied["actions"]] == ["repos.delete"]
+    assert (denied["policy"], denied["outcome"], denied["credential"]) == ("deny", "refuse", None)
+    asked = check("POST", f"{REPO}/issues")
+    assert (asked["policy"], asked["outcome"], asked["credential"]) == (
+        "ask",
+        "park",
+        "organization",
+    )
+    AppCredential.objects.create(app=app, user=owner, secret="my-own-token-0123456789")
+    assert check("GET", REPO)["credential"] == "user"
+    assert check("GET", "/somewhere/else")["actions"][0]["key"] == "uncataloged"
+    assert APP_TOKEN not in json.dumps(check("GET", REPO))

@@ -5,11 +5,13 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from apps import policy
 from egress.decisions import (
     SANDBOX_PRINCIPAL,
     SESSION_PRINCIPAL_PREFIX,
     Refusal,
     authenticate,
+    decide_app,
     decide_destination,
 )
 from egress.directory import egress_rules, load_contexts
@@ -22,13 +24,16 @@ from sandboxes.selectors import is_uuid
 class Command(BaseCommand):
     help = (
         "Print, as JSON, the decision the egress proxy would take for a request from a "
-        "user's sandbox: decision, reason code, resolved addresses, credential kind."
+        "user's sandbox: decision, reason code, resolved addresses, credential kind, and "
+        "for an App its matched actions, policy and the credential that would be used."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("url")
         parser.add_argument("--user", help="Email of the sandbox's owner.")
-        parser.add_argument("--session", help="A session id (its token is used).")
+        parser.add_argument(
+            "--session", help="A session id (its token, selected Apps and grants are used)."
+        )
         parser.add_argument("--method", default="GET")
 
     def handle(self, *args, url, user, session, method, **options):
@@ -68,7 +73,41 @@ class Command(BaseCommand):
                 credential=route.kind if route else None,
                 credential_available=bool(route and route.secret) if route else None,
             )
+            target = parts.path or "/"
+            answer["app"] = self._app_answer(
+                context,
+                destination,
+                session,
+                method.upper(),
+                target + (f"?{parts.query}" if parts.query else ""),
+                intercepted=parts.scheme == "https",
+            )
         self.stdout.write(json.dumps(answer, indent=2))
+
+    def _app_answer(self, context, destination, session, method, target, *, intercepted):
+        decision = decide_app(
+            context,
+            destination,
+            session_id=session,
+            method=method,
+            target=target,
+            intercepted=intercepted,
+        )
+        if decision.app is None:
+            return None
+        _, source = context.app_credentials.get(decision.app.app_id, (None, ""))
+        credentialed = decision.outcome in (policy.CREDENTIAL, policy.PARK)
+        return {
+            "name": decision.app.name,
+            "id": decision.app.app_id,
+            "actions": [
+                {"key": a.key, "name": a.name, "policy": a.policy} for a in decision.actions
+            ],
+            "policy": decision.policy,
+            "outcome": decision.outcome,
+            "reason": decision.reason,
+            "credential": (source or "none") if credentialed else None,
+        }
 
     def _sandbox(self, email, session):
         if session:
