@@ -325,6 +325,8 @@ def session_run_turn(*, session_id) -> None:
                 "QUOR_MODEL_BASE_URL": provider.effective_base_url,
                 "QUOR_MODEL_NAME": session.model_name,
                 "QUOR_MAX_STEPS": str(settings.QUOR_AGENT_MAX_STEPS),
+                # A command may wait for the user's approval of one of its requests.
+                "QUOR_COMMAND_TIMEOUT": str(max(120, settings.QUOR_APPROVAL_TIMEOUT_SECONDS + 60)),
             },
             timeout_s=settings.QUOR_AGENT_TURN_TIMEOUT,
             output_limit=64 * 1024,
