@@ -176,11 +176,12 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "mark-idle-sandboxes": {"task": "sandboxes.tasks.mark_idle_sandboxes", "schedule": 60.0},
-    # Starts due scheduled tasks; on the default queue, not behind slow sandbox work.
+    # Starts due scheduled tasks: on the default queue, not behind slow sandbox work;
+    # dropped if not picked up within 25 s (django-celery-beat's name for `expires`).
     "run-scheduled-tasks": {
         "task": "sandboxes.tasks.run_scheduled_tasks",
         "schedule": 30.0,
-        "options": {"queue": "default", "expires": 25},
+        "options": {"queue": "default", "expire_seconds": 25},
     },
     "expire-stale-approvals": {
         "task": "approvals.tasks.expire_stale_approvals",

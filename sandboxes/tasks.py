@@ -27,3 +27,11 @@ def run_agent_turn(session_id: str) -> None:
     from sandboxes.sessions import session_run_turn
 
     session_run_turn(session_id=session_id)
+
+
+@shared_task
+def run_scheduled_tasks() -> None:
+    """Beat runs this every 30 s; two at once are harmless (rows are locked, skip_locked)."""
+    from sandboxes.scheduled import run_due_scheduled_tasks
+
+    run_due_scheduled_tasks()

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from sandboxes import views
+from sandboxes import scheduled_views, views
 
 urlpatterns = [
     path("", views.session_list, name="home"),
@@ -8,4 +8,11 @@ urlpatterns = [
     path("sessions/<str:session_id>/", views.session_detail, name="session-detail"),
     path("sessions/<str:session_id>/follow-up", views.session_follow_up, name="session-follow-up"),
     path("sessions/<str:session_id>/cancel", views.session_cancel, name="session-cancel"),
+    path("scheduled/", scheduled_views.task_list, name="scheduled-list"),
+    path("scheduled/new", scheduled_views.task_new, name="scheduled-new"),
+    path("scheduled/<int:task_id>/", scheduled_views.task_detail, name="scheduled-detail"),
+    path("scheduled/<int:task_id>/edit", scheduled_views.task_edit, name="scheduled-edit"),
+    path("scheduled/<int:task_id>/enable", scheduled_views.task_enable, name="scheduled-enable"),
+    path("scheduled/<int:task_id>/run", scheduled_views.task_run_now, name="scheduled-run"),
+    path("scheduled/<int:task_id>/delete", scheduled_views.task_delete, name="scheduled-delete"),
 ]

@@ -6,6 +6,7 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from apps.selectors import enabled_apps
 from quor import selectors as quor_selectors
 from quor.lib.errors import QuorError
 from quor.lib.permissions import get_active_membership
@@ -33,6 +34,23 @@ def _skills_for(user):
     return Skill.objects.filter(organization_id=membership.organization_id) if membership else []
 
 
+def _apps_for(user):
+    """The organization's enabled Apps, which a new session may select."""
+    membership = getattr(user, "membership", None)
+    return enabled_apps(membership.organization) if membership else []
+
+
+def _app_ids(values):
+    """The form's App ids as numbers; anything else is passed on for the service to refuse."""
+    ids = []
+    for value in values:
+        try:
+            ids.append(int(value))
+        except ValueError:
+            ids.append(value)
+    return ids
+
+
 @login_required
 def session_list(request):
     return render(
@@ -42,6 +60,7 @@ def session_list(request):
             "sessions": selectors.sessions_of(request.user)[:100],
             "models": _models_for(request.user),
             "skills": _skills_for(request.user),
+            "apps": _apps_for(request.user),
         },
     )
 
@@ -57,6 +76,7 @@ def session_new(request):
             title=request.POST.get("title", ""),
             attachments=request.FILES.getlist("attachments"),
             skills=request.POST.getlist("skills"),
+            apps=_app_ids(request.POST.getlist("apps")),
         )
     except QuorError as exc:
         messages.error(request, exc.message)
@@ -67,7 +87,11 @@ def session_new(request):
 @login_required
 def session_detail(request, session_id):
     session = _session_or_404(request.user, session_id)
-    return render(request, "sandboxes/session_detail.html", {"session": session})
+    return render(
+        request,
+        "sandboxes/session_detail.html",
+        {"session": session, "apps": session.apps.order_by("name")},
+    )
 
 
 @login_required

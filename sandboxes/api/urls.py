@@ -1,10 +1,11 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from sandboxes.api import views
+from sandboxes.api import scheduled, views
 
 router = SimpleRouter()
 router.register("sessions", views.SessionViewSet, basename="api-session")
+router.register("scheduled-tasks", scheduled.ScheduledTaskViewSet, basename="api-scheduled-task")
 
 urlpatterns = [
     path("sandbox/", views.MySandboxView.as_view(), name="api-my-sandbox"),

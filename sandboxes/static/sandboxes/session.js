@@ -75,6 +75,247 @@
     return liveText;
   }
 
+  // Approvals: the egress proxy parks a request of the agent that needs the user's yes,
+  // and the agent waits until the card below is answered. A card is built from data
+  // only as text; there is one card per approval id whichever way its state arrives
+  // (backlog, live event, the decision's own answer), and a decided card never goes
+  // back to pending. The countdown uses this browser's clock.
+  const approvals = new Map();
+  const alertBox = document.getElementById("approval-alert");
+  const alertText = document.getElementById("approval-alert-text");
+  const alertShow = document.getElementById("approval-alert-show");
+  const pageTitle = document.title;
+  let countdownTimer = null;
+
+  const DECISIONS = [
+    ["approve_once", "Approve once", "approve"],
+    ["approve_session", "Approve for this session", "approve-session"],
+    ["reject", "Reject", "reject"],
+  ];
+  const POLICIES = { ask: "Ask", auto: "Auto-approve", deny: "Deny" };
+
+  function csrfToken() {
+    const input = document.querySelector("input[name=csrfmiddlewaretoken]");
+    return input ? input.value : "";
+  }
+
+  function expiresAt(a) {
+    const time = Date.parse(a.expires_at || "");
+    return Number.isNaN(time) ? null : time;
+  }
+
+  function remaining(ms) {
+    const total = Math.max(0, Math.ceil(ms / 1000));
+    const h = Math.floor(total / 3600);
+    const m = Math.floor((total % 3600) / 60);
+    const s = String(total % 60).padStart(2, "0");
+    return h ? h + ":" + String(m).padStart(2, "0") + ":" + s : m + ":" + s;
+  }
+
+  function outcomeText(a) {
+    const via = a.decided_via;
+    switch (a.status) {
+      case "approved":
+        return via === "session_grant" ? "Approved for this session" : via === "user" ? "Approved once" : "Approved";
+      case "rejected":
+        return via === "cancel" ? "Rejected: the turn was cancelled" : via === "proxy" ? "Rejected by the proxy" : "Rejected";
+      case "expired":
+        return via === "cancel" ? "Expired: the turn was cancelled" : "Expired";
+      default:
+        return "";
+    }
+  }
+
+  // "pending" (buttons shown), or final: the server's status, "expired" when the expiry
+  // passed here or the server said so, "closed" when the server refused a decision.
+  function approvalState(entry) {
+    const a = entry.data;
+    if (a.status !== "pending") return a.status;
+    if (entry.closed) return entry.closed;
+    const expiry = expiresAt(a);
+    return expiry !== null && expiry <= Date.now() ? "expired" : "pending";
+  }
+
+  function buildApprovalCard(a) {
+    const card = el("section", "approval approval-pending");
+    card.tabIndex = -1;
+    const titleId = "approval-title-" + approvals.size;
+    card.setAttribute("aria-labelledby", titleId);
+    card.dataset.approvalId = a.id;
+
+    const head = el("div", "approval-head");
+    const title = el("h2", "approval-title");
+    title.id = titleId;
+    head.appendChild(title);
+    const countdown = el("time", "approval-countdown");
+    countdown.setAttribute("aria-live", "off");
+    if (a.expires_at) countdown.dateTime = a.expires_at;
+    head.appendChild(countdown);
+    card.appendChild(head);
+
+    card.appendChild(el("p", "approval-summary", a.summary || ""));
+    const request = el("p", "approval-request");
+    request.appendChild(el("span", "approval-method", a.method || ""));
+    request.appendChild(document.createTextNode(" "));
+    request.appendChild(el("code", "approval-url", a.url || ""));
+    card.appendChild(request);
+
+    const actions = Array.isArray(a.actions) ? a.actions : [];
+    if (actions.length) {
+      const list = el("ul", "approval-matched");
+      list.setAttribute("aria-label", "Matched actions");
+      actions.forEach((action) => {
+        const item = el("li");
+        item.appendChild(el("span", null, action.name || action.key || ""));
+        if (action.key) item.appendChild(el("code", null, action.key));
+        if (POLICIES[action.policy]) item.appendChild(el("span", "policy policy-" + action.policy, POLICIES[action.policy]));
+        list.appendChild(item);
+      });
+      card.appendChild(list);
+    }
+
+    const entry = { card, data: a, title, countdown, closed: null, busy: false, buttons: [] };
+    const buttonRow = el("div", "approval-buttons");
+    buttonRow.setAttribute("role", "group");
+    buttonRow.setAttribute("aria-label", "Decision");
+    DECISIONS.forEach(([decision, label, className]) => {
+      const button = el("button", className, label);
+      button.type = "button";
+      button.onclick = () => decide(entry, decision);
+      buttonRow.appendChild(button);
+      entry.buttons.push(button);
+    });
+    const hint = el("p", "approval-hint", "“Approve for this session” also lets later requests for these actions in this session pass without asking.");
+    hint.id = titleId + "-hint";
+    entry.buttons[1].setAttribute("aria-describedby", hint.id);
+    entry.buttonRow = buttonRow;
+    entry.hint = hint;
+    card.appendChild(buttonRow);
+    card.appendChild(hint);
+
+    entry.error = el("p", "approval-error");
+    entry.error.setAttribute("role", "alert");
+    entry.error.tabIndex = -1;
+    card.appendChild(entry.error);
+    entry.outcome = el("p", "approval-outcome");
+    entry.outcome.setAttribute("role", "status");
+    entry.outcome.tabIndex = -1;
+    card.appendChild(entry.outcome);
+    return entry;
+  }
+
+  function updateApprovalCard(entry) {
+    const state = approvalState(entry);
+    const a = entry.data;
+    entry.card.className = "approval approval-" + state;
+    entry.title.textContent = (state === "pending" ? "Approval needed · " : "Approval request · ") + (a.app || "App");
+    if (state === "pending") {
+      const expiry = expiresAt(a);
+      entry.countdown.textContent = expiry === null ? "" : "Expires in " + remaining(expiry - Date.now());
+      // aria-disabled, not disabled: a disabled button would lose the keyboard focus.
+      entry.buttons.forEach((button) => button.setAttribute("aria-disabled", String(entry.busy)));
+      return;
+    }
+    entry.countdown.textContent = "";
+    let text = state === "closed" ? "" : a.status === "pending" ? "Expired" : outcomeText(a);
+    if (a.decided_at && a.status !== "pending") {
+      const decided = new Date(a.decided_at);
+      if (!Number.isNaN(decided.getTime())) text += " · " + decided.toLocaleTimeString();
+    }
+    if (entry.outcome.textContent !== text) entry.outcome.textContent = text;
+    if (entry.buttonRow.isConnected) {
+      // The buttons go; keyboard focus on one of them moves to what the card now says.
+      const hadFocus = entry.buttonRow.contains(document.activeElement);
+      entry.buttonRow.remove();
+      entry.hint.remove();
+      if (hadFocus) (text ? entry.outcome : entry.error.textContent ? entry.error : entry.card).focus();
+    }
+  }
+
+  function updateApprovalAlert() {
+    const pending = [...approvals.values()].filter((entry) => approvalState(entry) === "pending");
+    alertBox.hidden = pending.length === 0;
+    alertText.textContent = pending.length === 1
+      ? "The agent is waiting for your approval."
+      : "The agent is waiting for your approval of " + pending.length + " requests.";
+    document.title = pending.length ? "(" + pending.length + ") Approval needed · " + pageTitle : pageTitle;
+    if (pending.length && !countdownTimer) {
+      countdownTimer = setInterval(() => {
+        approvals.forEach((entry) => { if (entry.card.classList.contains("approval-pending")) updateApprovalCard(entry); });
+        updateApprovalAlert();
+      }, 1000);
+    } else if (!pending.length && countdownTimer) {
+      clearInterval(countdownTimer);
+      countdownTimer = null;
+    }
+    return pending;
+  }
+
+  // An approval's latest state, from an event or a decision's answer.
+  function showApproval(a) {
+    if (!a || typeof a.id !== "string") return;
+    let entry = approvals.get(a.id);
+    if (!entry) {
+      entry = buildApprovalCard(a);
+      approvals.set(a.id, entry);
+      eventsBox.appendChild(entry.card);
+      liveText = null;
+    } else if (a.status === "pending" && entry.data.status !== "pending") {
+      return; // already decided: an older state arrived late
+    } else {
+      entry.data = a;
+    }
+    updateApprovalCard(entry);
+    updateApprovalAlert();
+  }
+
+  function errorMessage(body, status) {
+    const error = body && body.error;
+    if (error && typeof error.message === "string" && error.message) return error.message;
+    return "Could not send your decision (HTTP " + status + "). Try again.";
+  }
+
+  function decide(entry, decision) {
+    if (entry.busy || approvalState(entry) !== "pending") return;
+    entry.busy = true;
+    entry.error.textContent = "";
+    updateApprovalCard(entry);
+    fetch("/api/v1/approvals/" + encodeURIComponent(entry.data.id) + "/decision/", {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrfToken() },
+      body: JSON.stringify({ decision }),
+    })
+      .then((response) => response.json().catch(() => null).then((body) => ({ response, body })))
+      .then(({ response, body }) => {
+        entry.busy = false;
+        if (response.ok && body && body.id === entry.data.id) {
+          showApproval(body);
+          return;
+        }
+        if (entry.data.status !== "pending") return; // decided meanwhile: the card says how
+        entry.error.textContent = errorMessage(body, response.status);
+        // Decided elsewhere, expired or gone: no decision can be made here any more.
+        if (response.status === 409 || response.status === 404) {
+          entry.closed = body && body.error && body.error.code === "approvals.expired" ? "expired" : "closed";
+        }
+        updateApprovalCard(entry);
+        updateApprovalAlert();
+      })
+      .catch(() => {
+        entry.busy = false;
+        entry.error.textContent = "Could not reach Quor. Check your connection and try again.";
+        updateApprovalCard(entry);
+      });
+  }
+
+  alertShow.onclick = () => {
+    const first = updateApprovalAlert()[0];
+    if (!first) return;
+    first.card.scrollIntoView({ behavior: "smooth", block: "center" });
+    first.buttons[0].focus({ preventScroll: true });
+  };
+
   function render(event) {
     const p = event.payload || {};
     const nearBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 200;
@@ -120,6 +361,10 @@
         setStatus("Waiting for input", "waiting");
         break;
       }
+      case "approval_requested":
+      case "approval_decided":
+        showApproval(p.approval);
+        break;
       case "cancelled":
         eventsBox.appendChild(el("div", "note", "Cancelled"));
         setStatus("Cancelled", "cancelled");
