@@ -53,8 +53,7 @@ class App(models.Model):
         max_length=10,
         choices=WhenNotSelected.choices,
         default=WhenNotSelected.FORWARD,
-        help_text="What happens to a request to this App from a session that did not "
-        "select it.",
+        help_text="What happens to a request to this App from a session that did not select it.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -92,9 +91,7 @@ class AppAction(models.Model):
 
     class Meta:
         ordering = ["app", "key"]
-        constraints = [
-            models.UniqueConstraint(fields=["app", "key"], name="app_action_key_unique")
-        ]
+        constraints = [models.UniqueConstraint(fields=["app", "key"], name="app_action_key_unique")]
 
     def __str__(self):
         return f"{self.app}: {self.name}"

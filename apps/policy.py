@@ -121,6 +121,8 @@ def canonical_path(target: str) -> str:
     path = target.split("?", 1)[0].split("#", 1)[0] or "/"
     if not path.startswith("/"):
         raise NonCanonicalPath("the request path must start with /")
+    if ";" in path or "%3b" in path.lower():
+        raise NonCanonicalPath("path parameters (;) are not accepted in App requests")
     lowered = path.lower()
     if "%2f" in lowered or "%5c" in lowered or "\\" in path:
         raise NonCanonicalPath("encoded slashes are not accepted in App requests")
@@ -234,6 +236,11 @@ class AppIndex:
         """Whether any App lives at this host: its HTTPS traffic must be intercepted."""
         return bool(self._candidates(host, port))
 
+    def app_at(self, scheme: str, host: str, port: int) -> App | None:
+        """An App (the first created) with a URL pattern at this scheme, host and port."""
+        apps = [app for pattern, app in self._candidates(host, port) if pattern.scheme == scheme]
+        return min(apps, key=lambda app: app.app_id, default=None)
+
     def attribute(self, scheme: str, host: str, port: int, path: str) -> tuple[App, str] | None:
         """The App the URL belongs to and the path relative to its base path. The
         longest base path wins; between equals, the App created first."""
@@ -295,12 +302,17 @@ def decide_app_request(
         path = canonical_path(target)
     except NonCanonicalPath:
         path = None
-    attributed = index.attribute(scheme, host, port, path if path is not None else "/")
+    if path is None:
+        # Judged by the host alone: /api//chat.delete is not under Slack's base path
+        # /api as written, yet upstream may well resolve it to /api/chat.delete.
+        app = index.app_at(scheme, host, port)
+        if app is None:
+            return AppDecision(FORWARD, "no_app")
+        return AppDecision(REFUSE, "apps.noncanonical_path", app)
+    attributed = index.attribute(scheme, host, port, path)
     if attributed is None:
         return AppDecision(FORWARD, "no_app")
     app, relative = attributed
-    if path is None:
-        return AppDecision(REFUSE, "apps.noncanonical_path", app)
     actions = match_actions(app, method, relative)
     policy = actions[0].policy
     if policy == DENY:

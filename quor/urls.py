@@ -11,6 +11,7 @@ admin.site.site_title = "Quor admin"
 
 urlpatterns = [
     path("", include("sandboxes.urls")),
+    path("apps/", include("apps.urls")),
     path(
         "accounts/login/",
         auth_views.LoginView.as_view(authentication_form=EmailAuthenticationForm),
@@ -25,6 +26,7 @@ urlpatterns = [
     path("api/v1/", include("quor.api.urls")),
     path("api/v1/", include("sandboxes.api.urls")),
     path("api/v1/", include("approvals.api.urls")),
+    path("api/v1/", include("apps.api.urls")),
     re_path(r"^api/(?P<unmatched>.*)$", views.api_not_found),
 ]
 

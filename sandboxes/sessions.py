@@ -9,6 +9,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from apps.catalog import catalog_app
 from apps.selectors import apps_for_selection
 from quor.lib.errors import Conflict, InvalidInput, QuorError
 from quor.lib.permissions import check_model_access, check_sandbox_access
@@ -261,6 +262,14 @@ def agents_md(session: Session) -> str:
     return "\n".join(parts) + "\n"
 
 
+def app_token_placeholders(session: Session) -> dict[str, str]:
+    """The variables tools read a token from (GH_TOKEN, ...), for the session's built-in
+    Apps: they hold the placeholder, which the proxy replaces with the credential."""
+    keys = {app.catalog_key for app in session.apps.all() if app.catalog_key}
+    entries = [catalog_app(key) for key in sorted(keys)]
+    return {entry.agent_env: session.sandbox.placeholder for entry in entries if entry}
+
+
 def _latest_user_message(session: Session) -> str:
     event = session.events.filter(kind="user_message").order_by("-seq").first()
     return event.payload["text"]
@@ -325,6 +334,7 @@ def session_run_turn(*, session_id) -> None:
                 "QUOR_MODEL_BASE_URL": provider.effective_base_url,
                 "QUOR_MODEL_NAME": session.model_name,
                 "QUOR_MAX_STEPS": str(settings.QUOR_AGENT_MAX_STEPS),
+                **app_token_placeholders(session),
                 # A command may wait for the user's approval of one of its requests.
                 "QUOR_COMMAND_TIMEOUT": str(max(120, settings.QUOR_APPROVAL_TIMEOUT_SECONDS + 60)),
             },

@@ -31,6 +31,17 @@ SCRIPT = [
         "text": "Deleting the repository.",
         "tool_calls": [{"name": "run_command", "input": {"command": f"curl -sS -X DELETE {REPO}"}}],
     },
+    {
+        "text": "Checking the token variable.",
+        "tool_calls": [
+            {
+                "name": "run_command",
+                "input": {
+                    "command": 'test "$GH_TOKEN" = "$QUOR_CREDENTIAL_PLACEHOLDER" && echo placeholder-ok'
+                },
+            }
+        ],
+    },
     {"text": "The issue is open; deleting the repository is not allowed."},
 ]
 
@@ -82,6 +93,7 @@ def test_an_agent_waits_for_approval_and_reports_a_denied_action(
     results = [e["payload"] for e in events if e["kind"] == "tool_result"]
     assert '"server": "tls-app"' in results[0]["output"]
     assert "apps.action_denied" in results[1]["output"]
+    assert "placeholder-ok" in results[2]["output"]  # tools find GH_TOKEN, a placeholder
     [received] = upstream_fakes.tls_app.requests
     assert (received["method"], received["headers"]["authorization"]) == (
         "POST",

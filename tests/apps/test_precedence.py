@@ -142,7 +142,16 @@ def test_an_app_can_deny_requests_from_sessions_that_did_not_select_it():
 
 @pytest.mark.parametrize(
     "target",
-    ["/things/../things", "/./things", "//things", "/things%2F", "/th%2fings", "/a/%2e%2e/things"],
+    [
+        "/things/../things",
+        "/./things",
+        "//things",
+        "/things%2F",
+        "/th%2fings",
+        "/a/%2e%2e/things",
+        "/things;x=1",
+        "/things%3Bx",
+    ],
 )
 def test_a_non_canonical_path_to_an_app_is_refused(target):
     decision = decide(make_app([AUTO]), SELECTED, target=target)

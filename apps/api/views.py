@@ -1,0 +1,150 @@
+"""The Apps API: every member reads the organization's Apps and manages their own
+credential; organization admins add and change Apps, policies and the organization's
+credential. Each view: access helper, service call, response."""
+
+from django.db import transaction
+from django.db.models import Q
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status, viewsets
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps import services
+from apps.api.serializers import (
+    ActionPolicySerializer,
+    AppActionSerializer,
+    AppCreateSerializer,
+    AppSerializer,
+    AppUpdateSerializer,
+    CatalogAppSerializer,
+    CredentialClearSerializer,
+    CredentialSetSerializer,
+)
+from apps.catalog import load_catalog
+from apps.models import App, AppCredential
+from quor.lib.permissions import check_organization_admin, get_active_membership
+
+APP_ID = OpenApiParameter("id", OpenApiTypes.INT, OpenApiParameter.PATH)
+SCOPE = OpenApiParameter(
+    "scope", OpenApiTypes.STR, OpenApiParameter.QUERY, enum=["user", "organization"]
+)
+
+
+def _app_data(user, apps):
+    """Serialized App (or Apps) with whether the organization's and the user's own
+    credential are set, from one query; a secret is never read into a response."""
+    many = not isinstance(apps, App)
+    items = list(apps) if many else [apps]
+    credentials = set(
+        AppCredential.objects.filter(app__in=items)
+        .filter(Q(user__isnull=True) | Q(user=user))
+        .values_list("app_id", "user_id")
+    )
+    context = {"credentials": credentials, "user_id": user.pk}
+    return AppSerializer(items if many else apps, many=many, context=context).data
+
+
+class AppCatalogView(APIView):
+    """The built-in Apps an organization admin can add, with their actions and
+    default policies."""
+
+    @extend_schema(responses=CatalogAppSerializer(many=True))
+    def get(self, request):
+        membership = get_active_membership(request.user)
+        added = dict(
+            App.objects.filter(organization=membership.organization)
+            .exclude(catalog_key="")
+            .values_list("catalog_key", "pk")
+        )
+        entries = list(load_catalog().values())
+        return Response(CatalogAppSerializer(entries, many=True, context={"added": added}).data)
+
+
+class AppViewSet(viewsets.ViewSet):
+    serializer_class = AppSerializer
+    lookup_value_regex = r"\d+"
+
+    def list(self, request):
+        """The organization's Apps (disabled ones only for organization admins)."""
+        apps = services.apps_visible_to(request.user).prefetch_related("actions")
+        return Response(_app_data(request.user, apps))
+
+    @extend_schema(parameters=[APP_ID])
+    def retrieve(self, request, pk=None):
+        app = services.get_app_for_member(request.user, pk)
+        return Response(_app_data(request.user, app))
+
+    @extend_schema(request=AppCreateSerializer, responses={201: AppSerializer})
+    def create(self, request):
+        """Organization admins: add a built-in App ({"catalog_key": "github"}) or a
+        custom one (name, url_patterns, credential_style, ...)."""
+        membership = check_organization_admin(request.user)
+        serializer = AppCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        with transaction.atomic():
+            if "catalog_key" in data:
+                app = services.app_enable_builtin(
+                    organization=membership.organization,
+                    catalog_key=data.pop("catalog_key"),
+                    url_patterns=data.pop("url_patterns", None),
+                )
+                app = services.app_update(app=app, **data)
+            else:
+                app = services.app_create_custom(organization=membership.organization, **data)
+        return Response(_app_data(request.user, app), status=status.HTTP_201_CREATED)
+
+    @extend_schema(parameters=[APP_ID], request=AppUpdateSerializer, responses=AppSerializer)
+    def partial_update(self, request, pk=None):
+        """Organization admins: change the App's name, URL patterns, enabled, ..."""
+        app = services.get_app_for_admin(request.user, pk)
+        serializer = AppUpdateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        app = services.app_update(app=app, **serializer.validated_data)
+        return Response(_app_data(request.user, app))
+
+
+class AppActionPolicyView(APIView):
+    @extend_schema(request=ActionPolicySerializer, responses=AppActionSerializer)
+    def patch(self, request, app_id, key):
+        """Organization admins: set one action's policy (auto, ask or deny)."""
+        app = services.get_app_for_admin(request.user, app_id)
+        serializer = ActionPolicySerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        action = services.app_set_action_policy(
+            app=app, key=key, policy=serializer.validated_data["policy"]
+        )
+        return Response(AppActionSerializer(action).data)
+
+
+class AppCredentialView(APIView):
+    """Write-only credentials. `scope: "user"` is the requesting member's own token
+    (used for their sessions, before the organization's); `scope: "organization"` is
+    the organization's, for organization admins."""
+
+    def _app_for_scope(self, request, app_id, scope):
+        if scope == "organization":
+            return services.get_app_for_admin(request.user, app_id), None
+        return services.get_app_for_member(request.user, app_id), request.user
+
+    @extend_schema(request=CredentialSetSerializer, responses=AppSerializer)
+    def put(self, request, app_id):
+        serializer = CredentialSetSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        app, user = self._app_for_scope(request, app_id, data["scope"])
+        services.app_credential_set(app=app, user=user, secret=data["secret"])
+        return Response(_app_data(request.user, app))
+
+    @extend_schema(parameters=[SCOPE], request=CredentialClearSerializer, responses={204: None})
+    def delete(self, request, app_id):
+        """Removes the credential (the scope in the body or the query; user by default)."""
+        data = request.data if request.data else {}
+        if "scope" not in data and "scope" in request.query_params:
+            data = {"scope": request.query_params["scope"]}
+        serializer = CredentialClearSerializer(data=data)
+        serializer.is_valid(raise_exception=True)
+        app, user = self._app_for_scope(request, app_id, serializer.validated_data["scope"])
+        services.app_credential_clear(app=app, user=user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
