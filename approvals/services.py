@@ -72,7 +72,7 @@ def park_request_for_approval(
     for this session already covers it (it landed after the proxy's snapshot)."""
     keys = [a["key"] for a in actions if a["policy"] == "ask"]
     with transaction.atomic():
-        session = Session.objects.select_for_update().get(pk=session_id)
+        session = _lock_session(session_id)
         if _covered(session.pk, app_id, keys):
             return None
         approval = ApprovalRequest.objects.create(
@@ -93,8 +93,15 @@ def park_request_for_approval(
     return approval
 
 
+def _lock_session(session_id) -> Session:
+    """Every writer locks the session row before its approval rows: one order, no
+    deadlock between two decisions (or a decision and the proxy) in one session."""
+    return Session.objects.select_for_update().get(pk=session_id)
+
+
 def _decide(approval_ids, status, via, user=None) -> list[ApprovalRequest]:
-    """The race arbiter: only rows still pending change; returns those that did."""
+    """The race arbiter: only rows still pending change; returns those that did.
+    The caller holds the session's lock."""
     now = timezone.now()
     changed = list(
         ApprovalRequest.objects.select_for_update()
@@ -109,14 +116,16 @@ def _decide(approval_ids, status, via, user=None) -> list[ApprovalRequest]:
 
 
 def _announce(session, decided: list[ApprovalRequest], grants=()) -> None:
+    """Wakes the proxy first (registered before the session's event, and robust): the
+    agent is waiting on it, and a failing viewer update must not hold it up."""
     if not decided:
         return
+    messages = [{"id": str(a.pk), "status": a.status} for a in decided]
+    transaction.on_commit(lambda: wakeup.publish(messages, grants=grants), robust=True)
     session_events_append(
         session=session,
         events=[("approval_decided", {"approval": approval_payload(a)}) for a in decided],
     )
-    messages = [{"id": str(a.pk), "status": a.status} for a in decided]
-    transaction.on_commit(lambda: wakeup.publish(messages, grants=grants))
 
 
 def decide_approval(*, user, approval_id, decision: str) -> ApprovalRequest:
@@ -126,15 +135,12 @@ def decide_approval(*, user, approval_id, decision: str) -> ApprovalRequest:
             f"decision must be one of {', '.join(DECISIONS)}.", code="approvals.invalid_decision"
         )
     status, via = DECISIONS[decision]
+    found = ApprovalRequest.objects.filter(pk=approval_id, session__owner=user).first()
+    if found is None:
+        raise NotFound("No such approval request.", code="approvals.not_found")
     with transaction.atomic():
-        approval = (
-            ApprovalRequest.objects.select_for_update()
-            .select_related("session")
-            .filter(pk=approval_id, session__owner=user)
-            .first()
-        )
-        if approval is None:
-            raise NotFound("No such approval request.", code="approvals.not_found")
+        _lock_session(found.session_id)
+        approval = ApprovalRequest.objects.select_related("session").get(pk=found.pk)
         if approval.status != ApprovalRequest.Status.PENDING:
             raise Conflict(
                 f"This request was already decided ({approval.status}).",
@@ -187,6 +193,7 @@ def approval_settle(approval_id) -> str:
     unless a decision is already recorded, and returns the final status."""
     with transaction.atomic():
         approval = ApprovalRequest.objects.select_related("session").get(pk=approval_id)
+        _lock_session(approval.session_id)
         decided = _decide(
             [approval.pk], ApprovalRequest.Status.EXPIRED, ApprovalRequest.DecidedVia.PROXY
         )
@@ -198,6 +205,7 @@ def approval_settle(approval_id) -> str:
 def approvals_expire_for_session(session: Session) -> int:
     """A cancelled turn: its parked requests fail at once."""
     with transaction.atomic():
+        _lock_session(session.pk)
         pending = session.approval_requests.filter(status=ApprovalRequest.Status.PENDING)
         decided = _decide(
             list(pending.values_list("pk", flat=True)),

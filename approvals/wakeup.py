@@ -4,6 +4,7 @@ Only a speed-up: a decision is published after its row is committed, and a proxy
 that misses it (Redis down, a lost message) settles the request from PostgreSQL,
 which fails closed unless an approval is recorded there."""
 
+import functools
 import json
 import logging
 import threading
@@ -15,21 +16,25 @@ from django.conf import settings
 logger = logging.getLogger(__name__)
 
 LOST = "lost"  # the listener lost Redis while the request was parked
+# Grants announced through Redis are kept until the proxy's directory surely has them.
+GRANT_MEMORY_SECONDS = 600
 
 
 def channel() -> str:
     return f"quor:approvals:{settings.QUOR_DEPLOYMENT}"
 
 
+@functools.cache
+def _publisher() -> redis.Redis:
+    """One connection pool per process: a decision should not pay for a connection."""
+    return redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
+
+
 def publish(decisions: list[dict], *, grants=()) -> None:
     """decisions: [{"id", "status"}]; grants: [[session id, app id, action key]]."""
     message = json.dumps({"decisions": decisions, "grants": list(grants)})
     try:
-        client = redis.Redis.from_url(
-            settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2
-        )
-        client.publish(channel(), message)
-        client.close()
+        _publisher().publish(channel(), message)
     except redis.RedisError:
         logger.warning("could not publish an approval decision; the proxy will read it later")
 
@@ -47,7 +52,7 @@ class DecisionListener:
         self.health_check_seconds = health_check_seconds
         self._lock = threading.Lock()
         self._waiters: dict[str, _Waiter] = {}
-        self._grants: dict[str, set[tuple[int, str]]] = {}
+        self._grants: dict[str, tuple[float, set[tuple[int, str]]]] = {}
         self._subscribed = threading.Event()
 
     @property
@@ -66,12 +71,10 @@ class DecisionListener:
             self._waiters[approval_id] = _Waiter()
 
     def wait(self, approval_id: str, timeout: float) -> str | None:
-        """The status the decision announced, LOST, or None on timeout."""
+        """The status the decision announced, LOST, or None for no word within timeout."""
         with self._lock:
             waiter = self._waiters[approval_id]
         waiter.event.wait(max(timeout, 0))
-        with self._lock:
-            self._waiters.pop(approval_id, None)
         return waiter.status
 
     def forget(self, approval_id: str) -> None:
@@ -81,13 +84,20 @@ class DecisionListener:
     def grants_for(self, session_id: str) -> frozenset[tuple[int, str]]:
         """Session grants announced since the directory's last snapshot."""
         with self._lock:
-            return frozenset(self._grants.get(session_id, ()))
+            return frozenset(self._grants.get(session_id, (0, ()))[1])
 
     def _deliver(self, raw: bytes) -> None:
         message = json.loads(raw)
+        now = time.monotonic()
         with self._lock:
+            for session_id in [
+                s for s, (at, _) in self._grants.items() if now - at > GRANT_MEMORY_SECONDS
+            ]:
+                del self._grants[session_id]
             for session_id, app_id, key in message.get("grants", []):
-                self._grants.setdefault(session_id, set()).add((int(app_id), key))
+                _, keys = self._grants.get(session_id, (now, set()))
+                keys.add((int(app_id), key))
+                self._grants[session_id] = (now, keys)
             for decision in message.get("decisions", []):
                 waiter = self._waiters.get(decision["id"])
                 if waiter is not None:

@@ -243,6 +243,7 @@ class KindFilter(admin.SimpleListFilter):
 class AppAdmin(OrganizationAdminAccess, admin.ModelAdmin):
     form = AppForm
     list_display = ["name", "kind", "enabled", "action_count", "credential_set"]
+    list_filter = ["enabled", KindFilter, "organization"]
     search_fields = ["name", "catalog_key", "organization__name", "organization__slug"]
     list_select_related = ["organization"]
     readonly_fields = ["kind"]
@@ -265,11 +266,6 @@ class AppAdmin(OrganizationAdminAccess, admin.ModelAdmin):
         if request.user.is_superuser:
             return [*self.list_display[:1], "organization", *self.list_display[1:]]
         return self.list_display
-
-    def get_list_filter(self, request):
-        if request.user.is_superuser:
-            return ["enabled", KindFilter, "organization"]
-        return ["enabled", KindFilter]
 
     def get_readonly_fields(self, request, obj=None):
         return ["kind", "organization"] if obj else ["kind"]

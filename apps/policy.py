@@ -7,6 +7,7 @@ grow with the number of Apps an organization has.
 """
 
 import base64
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ _PARAMETER = re.compile(r"^\{[A-Za-z_][A-Za-z0-9_]*\}$")
 _LITERAL = re.compile(r"^[A-Za-z0-9._~!$&'()+,;=:@-]+$")
 
 
+@functools.lru_cache(maxsize=65536)
 def compile_path_pattern(pattern: str) -> re.Pattern:
     """`/repos/{owner}/{repo}/contents/**`: `{name}` is one path segment, a final `/**`
     is any rest of the path (or none). Matching ignores case and a trailing slash."""

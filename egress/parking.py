@@ -15,7 +15,9 @@ from approvals.models import ApprovalRequest
 
 GRANTED = "granted"  # a session grant already covered it
 UNAVAILABLE = "unavailable"  # approvals cannot work right now: fail closed
+CLIENT_GONE = "client_gone"  # the sandbox closed the connection: nothing to forward
 DATABASE_TIMEOUT = 30
+CLIENT_CHECK_SECONDS = 0.5
 
 
 def _with_fresh_connection(function, *args, **kwargs):
@@ -34,9 +36,13 @@ class ApprovalDesk:
     def start(self) -> None:
         self.listener.start()
 
-    def park_and_wait(self, **request) -> str:
+    def park_and_wait(self, *, client_gone=lambda: False, **request) -> str:
         """Records the request, waits for the decision, returns the final status:
-        approved, rejected, expired, GRANTED or UNAVAILABLE."""
+        approved, rejected, expired, GRANTED, UNAVAILABLE or CLIENT_GONE.
+
+        `client_gone` is asked twice a second while waiting, and once more after an
+        approval: a client that gave up (and may retry) must not get its request sent
+        behind its back."""
         if not self.listener.healthy:
             return UNAVAILABLE
         approval_id = uuid.uuid4()
@@ -54,13 +60,24 @@ class ApprovalDesk:
         if approval is None:
             self.listener.forget(str(approval_id))
             return GRANTED
-        remaining = (approval.expires_at - datetime.now(UTC)).total_seconds()
-        status = self.listener.wait(str(approval_id), remaining)
-        if status in ApprovalRequest.Status.values and status != ApprovalRequest.Status.PENDING:
-            return status
-        try:  # no word (timeout) or lost Redis: PostgreSQL decides, expiring it if still open
-            return self._pool.submit(
-                _with_fresh_connection, services.approval_settle, approval_id
-            ).result(DATABASE_TIMEOUT)
-        except Exception:
-            return UNAVAILABLE
+        try:
+            status = self._wait(str(approval_id), approval.expires_at, client_gone)
+        finally:
+            self.listener.forget(str(approval_id))
+        if status not in (ApprovalRequest.Status.APPROVED, ApprovalRequest.Status.REJECTED):
+            try:  # no word, lost Redis, client gone: PostgreSQL decides, expiring it if open
+                status = self._pool.submit(
+                    _with_fresh_connection, services.approval_settle, approval_id
+                ).result(DATABASE_TIMEOUT)
+            except Exception:
+                return UNAVAILABLE
+        if status == ApprovalRequest.Status.APPROVED and client_gone():
+            return CLIENT_GONE
+        return status
+
+    def _wait(self, approval_id: str, expires_at, client_gone) -> str | None:
+        while (remaining := (expires_at - datetime.now(UTC)).total_seconds()) > 0:
+            status = self.listener.wait(approval_id, min(remaining, CLIENT_CHECK_SECONDS))
+            if status is not None or client_gone():
+                return status
+        return None

@@ -9,6 +9,7 @@ each have one background thread per proxy process.
 import functools
 import json
 import os
+import select
 import ssl
 import threading
 from http import HTTPStatus
@@ -258,6 +259,15 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
             headers.pop(name, None)
         return credential, f"app:{decision.app.app_id}"
 
+    def _client_gone(self) -> bool:
+        """A waiting client sends nothing until it has its answer: a readable socket
+        means it closed the connection (or broke the protocol). Nothing is sent then."""
+        try:
+            readable, _, _ = select.select([self.client.connection], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
+
     def _park(self, decision, method: str, target: str, intercepted: bool) -> None:
         """Waits for the session owner; returns only if the request was approved."""
         destination = self.destination
@@ -272,6 +282,7 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
             method=method,
             url=f"{scheme}://{destination.host}{port}{mask_path(target)}",
             summary=f"{app_action_label(decision)} ({method} {mask_path(target).split('?')[0]})",
+            client_gone=self._client_gone,
         )
         if status in (ApprovalRequest.Status.APPROVED, GRANTED):
             return

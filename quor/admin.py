@@ -38,6 +38,13 @@ class OrganizationAdminAccess:
     def has_module_permission(self, request):
         return self._allowed(request)
 
+    def get_list_filter(self, request):
+        """An organization admin must not even see the names of other organizations."""
+        filters = super().get_list_filter(request)
+        if request.user.is_superuser:
+            return filters
+        return [f for f in filters if f != self.organization_field]
+
     def has_view_permission(self, request, obj=None):
         return self._allowed(request)
 

@@ -285,6 +285,38 @@ def test_a_parked_request_fails_closed_when_the_proxy_loses_redis(session, owner
     assert received_by_app(upstream_fakes) == []
 
 
+GIVE_UP = r"""
+import base64, http.client, os, ssl, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+credentials = f"{urllib.parse.unquote(proxy.username)}:{urllib.parse.unquote(proxy.password)}"
+conn = http.client.HTTPSConnection(proxy.hostname, proxy.port, timeout=2, context=ssl.create_default_context())
+conn.set_tunnel("apps.test", 18446, headers={"Proxy-Authorization": "Basic " + base64.b64encode(credentials.encode()).decode()})
+conn.request("POST", "/repos/acme/widgets/issues", body="{}")
+try:
+    conn.getresponse()
+except TimeoutError:
+    print("gave up")
+conn.close()
+"""
+
+
+def test_a_request_whose_client_gave_up_is_never_sent(session, owner, upstream_fakes, client_for):
+    run = services.sandbox_exec(
+        user=owner, session=session, argv=["python3", "-c", GIVE_UP], timeout_s=60
+    )
+    assert run.stdout.decode().strip() == "gave up", run.stderr
+    approval = ApprovalRequest.objects.get(session=session)
+    deadline = time.monotonic() + 5
+    while approval.status == "pending":
+        assert time.monotonic() < deadline, "the proxy did not notice the client left"
+        time.sleep(0.1)
+        approval.refresh_from_db()
+    assert (approval.status, approval.decided_via) == ("expired", "proxy")
+    assert decide(client_for(owner), approval, "approve_once").status_code == 409
+    time.sleep(1)
+    assert received_by_app(upstream_fakes) == []
+
+
 def test_fifty_parked_requests_do_not_slow_other_traffic(session, owner, upstream_fakes):
     results = {}
 

@@ -86,6 +86,7 @@ def test_an_org_admin_sees_only_their_organizations_providers(
     assert page.status_code == 200
     assert populated.display_name.encode() in page.content
     assert b"Foreign" not in page.content
+    assert b"Globex" not in page.content  # not even in the list filters
     assert (
         client.get(reverse("admin:quor_modelprovider_change", args=[foreign.pk])).status_code == 302
     )

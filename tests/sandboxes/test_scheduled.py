@@ -17,20 +17,6 @@ from tests import factories
 
 
 @pytest.fixture
-def queued(monkeypatch):
-    """The agent turns the runs enqueue (no worker runs in these tests)."""
-    calls = []
-    monkeypatch.setattr(tasks.run_agent_turn, "delay", lambda session_id: calls.append(session_id))
-    return calls
-
-
-@pytest.fixture
-def model_id(org):
-    provider = factories.make_provider(org, model_names=["claude-test"])
-    return f"{provider.pk}:claude-test"
-
-
-@pytest.fixture
 def github(org):
     return App.objects.create(organization=org, name="GitHub", url_patterns=["https://github.test"])
 

@@ -5,40 +5,8 @@ import re
 import pytest
 
 from apps.models import App
-from sandboxes import scheduled, tasks
+from sandboxes import scheduled
 from sandboxes.models import ScheduledRun, ScheduledTask, Session
-from tests import factories
-
-
-@pytest.fixture
-def logged_in(client, owner):
-    client.force_login(owner)
-    return client
-
-
-@pytest.fixture
-def queued(monkeypatch):
-    calls = []
-    monkeypatch.setattr(tasks.run_agent_turn, "delay", lambda session_id: calls.append(session_id))
-    return calls
-
-
-@pytest.fixture
-def model_id(org):
-    provider = factories.make_provider(org, model_names=["claude-test"])
-    return f"{provider.pk}:claude-test"
-
-
-@pytest.fixture
-def task(owner, model_id):
-    return scheduled.scheduled_task_create(
-        user=owner,
-        name="Daily report",
-        prompt="Summarise",
-        cron="0 9 * * *",
-        timezone="Europe/Paris",
-        model=model_id,
-    )
 
 
 @pytest.mark.django_db

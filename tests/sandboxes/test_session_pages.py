@@ -6,21 +6,6 @@ from sandboxes.models import Session
 from tests import factories
 
 
-@pytest.fixture
-def logged_in(client, owner):
-    client.force_login(owner)
-    return client
-
-
-@pytest.fixture
-def queued(monkeypatch):
-    from sandboxes import tasks
-
-    calls = []
-    monkeypatch.setattr(tasks.run_agent_turn, "delay", lambda session_id: calls.append(session_id))
-    return calls
-
-
 @pytest.mark.django_db
 def test_the_session_list_offers_only_the_models_the_member_may_use(logged_in, org, owner):
     shared = factories.make_provider(org, display_name="Shared", model_names=["m-shared"])

@@ -12,21 +12,6 @@ from sandboxes.models import Session
 from tests import factories
 
 
-@pytest.fixture
-def logged_in(client, owner):
-    client.force_login(owner)
-    return client
-
-
-@pytest.fixture
-def queued(monkeypatch):
-    from sandboxes import tasks
-
-    calls = []
-    monkeypatch.setattr(tasks.run_agent_turn, "delay", lambda session_id: calls.append(session_id))
-    return calls
-
-
 def make_app(organization, name, **fields):
     fields.setdefault("url_patterns", [f"https://{name.lower()}.example"])
     return App.objects.create(organization=organization, name=name, **fields)

@@ -10,24 +10,8 @@ from tests import factories
 
 
 @pytest.fixture
-def model_id(org):
-    provider = factories.make_provider(org, model_names=["claude-test"])
-    return f"{provider.pk}:claude-test"
-
-
-@pytest.fixture
 def api(client_for, owner):
     return client_for(owner)
-
-
-@pytest.fixture
-def queued(monkeypatch):
-    """The agent turns the API enqueues (no worker runs in these tests)."""
-    from sandboxes import tasks
-
-    calls = []
-    monkeypatch.setattr(tasks.run_agent_turn, "delay", lambda session_id: calls.append(session_id))
-    return calls
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,0 +1,41 @@
+import pytest
+
+from tests import factories
+
+
+@pytest.fixture
+def logged_in(client, owner):
+    """A browser logged in as the owner."""
+    client.force_login(owner)
+    return client
+
+
+@pytest.fixture
+def queued(monkeypatch):
+    """The agent turns that would be enqueued (no worker runs in these tests)."""
+    from sandboxes import tasks
+
+    calls = []
+    monkeypatch.setattr(tasks.run_agent_turn, "delay", lambda session_id: calls.append(session_id))
+    return calls
+
+
+@pytest.fixture
+def model_id(org):
+    provider = factories.make_provider(org, model_names=["claude-test"])
+    return f"{provider.pk}:claude-test"
+
+
+@pytest.fixture
+def task(owner, model_id):
+    """The owner's daily scheduled task, at 09:00 in Paris."""
+    from sandboxes import scheduled
+
+    return scheduled.scheduled_task_create(
+        user=owner,
+        name="Daily report",
+        prompt="Summarise",
+        cron="0 9 * * *",
+        timezone="Europe/Paris",
+        model=model_id,
+    )
