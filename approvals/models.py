@@ -33,7 +33,7 @@ class ApprovalRequest(models.Model):
     app_name = models.CharField(max_length=100)
     actions = models.JSONField(help_text="The matched actions, strictest first: key, name, policy.")
     method = models.CharField(max_length=16)
-    url = models.TextField(help_text="Query string values masked.")
+    url = models.TextField(verbose_name="URL", help_text="Query string values masked.")
     summary = models.CharField(max_length=300)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     decided_via = models.CharField(max_length=20, choices=DecidedVia.choices, blank=True)

@@ -1,4 +1,5 @@
-"""Waking the proxy that holds a parked request, through Redis publish/subscribe.
+"""Waking the proxy that holds a parked request, through Redis publish/subscribe
+(and telling proxies that Apps, policies or credentials changed).
 
 Only a speed-up: a decision is published after its row is committed, and a proxy
 that misses it (Redis down, a lost message) settles the request from PostgreSQL,
@@ -39,6 +40,15 @@ def publish(decisions: list[dict], *, grants=()) -> None:
         logger.warning("could not publish an approval decision; the proxy will read it later")
 
 
+def publish_config_changed() -> None:
+    """Apps, policies or credentials changed: proxies reload their snapshot now rather
+    than within their refresh interval (a removed credential must stop at once)."""
+    try:
+        _publisher().publish(channel(), json.dumps({"config_changed": True}))
+    except redis.RedisError:
+        logger.warning("could not tell the proxies about a change; they reload within 2 s")
+
+
 class _Waiter:
     def __init__(self):
         self.event = threading.Event()
@@ -48,8 +58,9 @@ class _Waiter:
 class DecisionListener:
     """One subscriber thread per proxy process; parked request threads wait on it."""
 
-    def __init__(self, health_check_seconds: float = 2.0):
+    def __init__(self, health_check_seconds: float = 2.0, on_config_changed=None):
         self.health_check_seconds = health_check_seconds
+        self.on_config_changed = on_config_changed
         self._lock = threading.Lock()
         self._waiters: dict[str, _Waiter] = {}
         self._grants: dict[str, tuple[float, set[tuple[int, str]]]] = {}
@@ -88,6 +99,8 @@ class DecisionListener:
 
     def _deliver(self, raw: bytes) -> None:
         message = json.loads(raw)
+        if message.get("config_changed") and self.on_config_changed:
+            self.on_config_changed()
         now = time.monotonic()
         with self._lock:
             for session_id in [

@@ -151,6 +151,9 @@ class AppForm(forms.ModelForm):
         added = App.objects.filter(organization=organization, catalog_key=source)
         if adding and entry is not None and organization is not None and added.exists():
             self.add_error("source", f"{entry.name} is already added.")
+            # Without a name the model's unique check is skipped: it would only add a
+            # vaguer "App with this Organization and Name already exists."
+            data.pop("name", None)
             return data
         if organization is not None:
             name = (data.get("name") or "").strip() or (entry.name if entry else "")

@@ -8,3 +8,8 @@ class QuorAppsConfig(AppConfig):
     name = "apps"
     label = "integrations"
     verbose_name = "Apps"
+
+    def ready(self):
+        from apps import receivers
+
+        receivers.connect()

@@ -145,6 +145,13 @@ def clean_secret(secret, *, credential_style: str) -> str:
             "The credential must be one line without control characters.",
             code="apps.invalid_secret",
         )
+    if any(c.isspace() for c in secret):
+        # A token never has one, and a header value would carry it as is (for basic
+        # auth, user:token has none either): a space means a bad copy and paste.
+        raise InvalidInput(
+            "The credential must not contain spaces: paste the token alone, in one piece.",
+            code="apps.invalid_secret",
+        )
     if credential_style == App.CredentialStyle.BASIC:
         user, sep, password = secret.partition(":")
         if not (user and sep and password):

@@ -52,6 +52,8 @@ def app_credential_set(request, app_id):
         services.app_credential_set(app=app, user=request.user, secret=request.POST.get("secret"))
     except QuorError as exc:
         messages.error(request, f"{app.name}: {exc.message}")
+    else:
+        messages.success(request, f"Your {app.name} token is connected.")
     return redirect("app-list")
 
 
@@ -60,4 +62,5 @@ def app_credential_set(request, app_id):
 def app_credential_clear(request, app_id):
     app = _app_or_404(request.user, app_id)
     services.app_credential_clear(app=app, user=request.user)
+    messages.success(request, f"Your {app.name} token is removed.")
     return redirect("app-list")

@@ -231,6 +231,10 @@ class Directory:
     def wait_until_ready(self, timeout: float) -> bool:
         return self._loaded.wait(timeout)
 
+    def refresh_later(self) -> None:
+        """Asks for a fresh snapshot without waiting for it."""
+        self._wanted.set()
+
     def refresh_soon(self, timeout: float = 2.0) -> None:
         """Asks the background thread for a fresh snapshot and waits for it."""
         with self._refreshed:

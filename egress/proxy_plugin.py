@@ -23,6 +23,7 @@ from proxy.http.parser import HttpParser, httpParserTypes
 from proxy.http.proxy import HttpProxyBasePlugin
 
 from approvals.models import ApprovalRequest
+from approvals.wakeup import DecisionListener
 from apps import policy
 from egress.audit import AuditLog, mask_path
 from egress.decisions import (
@@ -68,7 +69,7 @@ class _ProcessState:
         self.audit = AuditLog()
         self.audit.start()
         self.resolve = make_resolver(settings.QUOR_EGRESS_DNS_SERVER)
-        self.desk = ApprovalDesk()
+        self.desk = ApprovalDesk(DecisionListener(on_config_changed=self.directory.refresh_later))
         self.desk.start()
 
 

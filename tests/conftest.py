@@ -192,31 +192,94 @@ def quor_web(process_env):
     _stop(process)
 
 
+class EgressProxyProcess:
+    """The real egress proxy (`manage.py run_egress_proxy`) in its own process group,
+    so that a test can crash it (acceptors included) and start it again."""
+
+    def __init__(self, env):
+        from django.conf import settings
+
+        from sandboxes.backends.docker import DockerBackend
+
+        self.env = env
+        self.address = DockerBackend().prepare_network(), settings.QUOR_EGRESS_PROXY_PORT
+        self.process = None
+
+    def start(self):
+        import subprocess
+        import sys
+
+        from tests.docker_helpers import wait_for_port
+
+        with open("/tmp/quor-test/egress-proxy.log", "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "manage.py", "run_egress_proxy", "--acceptors", "1"],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        try:
+            wait_for_port(*self.address)
+        except RuntimeError:
+            self.stop()
+            raise RuntimeError(
+                "the egress proxy did not start: see /tmp/quor-test/egress-proxy.log"
+            ) from None
+
+    def crash(self):
+        import os
+        import signal
+
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self):
+        """Stops the whole group, acceptors included, so that no connection to the
+        test database outlives it."""
+        import os
+        import signal
+        import time
+
+        for sig, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                return
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline:
+                self.process.poll()
+                if not self._group_alive():
+                    return
+                time.sleep(0.1)
+
+    def _group_alive(self) -> bool:
+        """Whether a process of the group still runs (zombies do not count)."""
+        from pathlib import Path
+
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == self.process.pid and fields[0] != "Z":
+                return True
+        return False
+
+
 @pytest.fixture(scope="session")
-def egress_proxy(process_env, upstream_fakes, quor_web):
-    """The real egress proxy (`manage.py run_egress_proxy`) on the sandbox bridge."""
-    import sys
+def egress_proxy_process(process_env, upstream_fakes, quor_web):
+    from pathlib import Path
 
-    from django.conf import settings
+    Path("/tmp/quor-test").mkdir(parents=True, exist_ok=True)
+    Path("/tmp/quor-test/egress-proxy.log").write_bytes(b"")
+    proxy = EgressProxyProcess(process_env)
+    proxy.start()
+    yield proxy
+    proxy.stop()
 
-    from sandboxes.backends.docker import DockerBackend
-    from tests.docker_helpers import wait_for_port
 
-    host, port = DockerBackend().prepare_network(), settings.QUOR_EGRESS_PROXY_PORT
-    process = _start(
-        [sys.executable, "manage.py", "run_egress_proxy", "--acceptors", "1"],
-        process_env,
-        "egress-proxy",
-    )
-    try:
-        wait_for_port(host, port)
-    except RuntimeError:
-        _stop(process)
-        raise RuntimeError(
-            "the egress proxy did not start: see /tmp/quor-test/egress-proxy.log"
-        ) from None
-    yield host, port
-    _stop(process)
+@pytest.fixture(scope="session")
+def egress_proxy(egress_proxy_process):
+    """The proxy's address on the sandbox bridge."""
+    return egress_proxy_process.address
 
 
 @pytest.fixture

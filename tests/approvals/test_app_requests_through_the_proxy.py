@@ -125,6 +125,26 @@ def test_auto_approve_gets_the_credential(session, owner, upstream_fakes):
     assert not ApprovalRequest.objects.exists()
 
 
+def test_removing_a_credential_or_denying_an_action_reaches_the_proxy_at_once(
+    session, owner, app, upstream_fakes
+):
+    from apps.models import AppAction, AppCredential
+
+    AppCredential.objects.filter(app=app).delete()
+    time.sleep(0.3)  # the proxy reloads on the change, not at its 2 s refresh
+    [result] = through_proxy(owner, [call("GET", REPO)], session=session)
+    assert result["status"] == 200
+    assert "authorization" not in {
+        k.lower() for k in received_by_app(upstream_fakes)[-1]["headers"]
+    }
+    action = AppAction.objects.get(app=app, key="repos.read")
+    action.policy = "deny"
+    action.save()
+    time.sleep(0.3)
+    [result] = through_proxy(owner, [call("GET", REPO)], session=session)
+    assert error_code(result) == "apps.action_denied"
+
+
 def test_deny_is_refused_at_once_and_nothing_reaches_the_app(session, owner, upstream_fakes):
     started = time.monotonic()
     [result] = through_proxy(owner, [call("DELETE", REPO)], session=session)
@@ -317,6 +337,22 @@ def test_a_request_whose_client_gave_up_is_never_sent(session, owner, upstream_f
     assert received_by_app(upstream_fakes) == []
 
 
+def test_a_parked_request_dies_with_a_crashed_proxy_and_is_never_sent_later(
+    session, owner, upstream_fakes, client_for, egress_proxy_process
+):
+    request = InBackground(owner, [call("POST", f"{REPO}/issues")], session)
+    approval = pending_approval(session)
+    egress_proxy_process.crash()
+    [result] = request.wait()
+    assert result["status"] is None, result  # the connection broke: nothing was answered
+    egress_proxy_process.start()
+    assert decide(client_for(owner), approval, "approve_once").status_code == 200
+    [after] = through_proxy(owner, [call("GET", REPO)], session=session)
+    assert after["status"] == 200, after  # the restarted proxy serves again
+    time.sleep(1)
+    assert [r["method"] for r in received_by_app(upstream_fakes)] == ["GET"]
+
+
 def test_fifty_parked_requests_do_not_slow_other_traffic(session, owner, upstream_fakes):
     results = {}
 
@@ -362,9 +398,12 @@ def test_egress_check_reports_the_app_actions_policy_and_credential(session, own
             "egress_check", "--session", str(session.pk), "--method", method,
             f"https://apps.test:18446{path}",
         )  # fmt: skip
-        return json.loads(capsys.readouterr().out)["app"]
+        answer = json.loads(capsys.readouterr().out)
+        return {**answer["app"], "top": (answer["decision"], answer["code"])}
 
     denied = check("DELETE", REPO)
+    assert denied["top"] == ("blocked", "apps.action_denied")
+    assert check("POST", f"{REPO}/issues")["top"] == ("ask", "")
     assert [a["key"] for a in denied["actions"]] == ["repos.delete"]
     assert (denied["policy"], denied["outcome"], denied["credential"]) == ("deny", "refuse", None)
     asked = check("POST", f"{REPO}/issues")

@@ -170,6 +170,7 @@ def test_an_org_admin_adds_a_custom_app(client, org_admin, org):
         ({"credential_style": "header"}, "credential_header", "header name"),
         ({"source": "github"}, "source", "already added"),
         ({"organization_credential": "two\nlines"}, "organization_credential", "one line"),
+        ({"organization_credential": "two words"}, "organization_credential", "spaces"),
     ],
 )
 def test_bad_input_in_the_add_form_is_a_form_error_and_adds_nothing(
@@ -321,3 +322,27 @@ def test_members_cannot_open_the_apps_admin(client, owner, populated):
     response = client.get(CHANGELIST)
     assert response.status_code == 302
     assert "/admin/login/" in response["Location"]
+
+
+@pytest.mark.django_db
+def test_adding_a_built_in_app_twice_shows_one_clear_error(client, org_admin, org, github):
+    client.force_login(org_admin)
+    response = client.post(
+        ADD,
+        {
+            "organization": org.pk,
+            "source": "github",
+            "name": "GitHub",
+            "description": "",
+            "url_patterns_text": "https://api.github.com",
+            "enabled": "on",
+            "when_not_selected": "forward",
+            "credential_style": "bearer",
+            "credential_header": "",
+            "organization_credential": "",
+        },
+    )
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert errors == {"source": ["GitHub is already added."]}
+    assert list(App.objects.all()) == [github]

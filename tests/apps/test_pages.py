@@ -60,11 +60,15 @@ def test_a_member_connects_and_disconnects_their_token(client, owner, github):
     assert AppCredential.objects.get(app=github, user=owner).secret == SECRET
 
     page = client.get(PAGE).content.decode()
+    assert "Your GitHub token is connected." in page
     assert "connected" in page and "Disconnect my token" in page
     assert SECRET not in page
 
     assert client.post(disconnect_url(github)).status_code == 302
     assert not AppCredential.objects.filter(app=github).exists()
+    page = client.get(PAGE).content.decode()
+    assert "Your GitHub token is removed." in page
+    assert "Your GitHub token is connected." not in page  # shown once
 
 
 @pytest.mark.django_db
@@ -72,7 +76,19 @@ def test_a_bad_token_is_explained_and_not_stored(client, owner, org):
     jira = services.app_enable_builtin(organization=org, catalog_key="jira")
     client.force_login(owner)
     response = client.post(connect_url(jira), {"secret": "token-without-email"}, follow=True)
-    assert "Jira: This App takes user:token" in response.content.decode()
+    page = response.content.decode()
+    assert "Jira: This App takes user:token" in page
+    assert "token is connected" not in page
+    assert not AppCredential.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_token_with_whitespace_inside_is_explained_and_not_stored(client, owner, github):
+    client.force_login(owner)
+    response = client.post(connect_url(github), {"secret": "two words"}, follow=True)
+    page = response.content.decode()
+    assert "GitHub: The credential must not contain spaces" in page
+    assert "token is connected" not in page
     assert not AppCredential.objects.exists()
 
 

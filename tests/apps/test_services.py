@@ -337,6 +337,12 @@ def test_clearing_a_credential_removes_only_that_one_and_twice_is_harmless(githu
         ("jira", "just-a-token"),
         ("jira", ":token"),
         ("jira", "me@acme.test:"),
+        ("github", "two words"),
+        ("github", "Bearer ghp_token"),
+        ("github", "tab\tinside"),
+        ("github", "no\u00a0break"),
+        ("jira", "me@acme.test: token"),
+        ("jira", "me @acme.test:token"),
     ],
 )
 def test_a_credential_that_cannot_be_sent_as_one_header_is_refused(org, catalog_key, secret):
@@ -344,6 +350,26 @@ def test_a_credential_that_cannot_be_sent_as_one_header_is_refused(org, catalog_
     raises_and_changes_nothing(
         "apps.invalid_secret", services.app_credential_set, app=app, user=None, secret=secret
     )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("style", ["bearer", "basic", "header"])
+def test_a_credential_with_whitespace_inside_is_refused_in_every_style(org, style):
+    app = services.app_create_custom(
+        organization=org,
+        name="Fake",
+        url_patterns=["https://fake.test"],
+        credential_style=style,
+        credential_header="X-Api-Key" if style == "header" else "",
+    )
+    secret = "me@acme.test:two words" if style == "basic" else "two words"
+    with pytest.raises(InvalidInput, match="must not contain spaces") as caught:
+        services.app_credential_set(app=app, user=None, secret=secret)
+    assert caught.value.code == "apps.invalid_secret"
+    assert not AppCredential.objects.exists()
+    # Around it, whitespace is still trimmed.
+    secret = "me@acme.test:token" if style == "basic" else "token"
+    assert services.app_credential_set(app=app, user=None, secret=f" {secret}\n").secret == secret
 
 
 @pytest.mark.django_db

@@ -112,6 +112,7 @@ def test_an_ordinary_request_is_forwarded_without_the_proxy_credentials(
     received = upstream_fakes.app.requests[-1]
     assert received["path"] == "/hello"
     assert "Proxy-Authorization" not in received["headers"]
+    assert "via" not in {name.lower() for name in received["headers"]}
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import pytest
 from django.contrib.staticfiles import finders
 
 from apps.models import App
+from apps.policy import ANY_REQUEST, UNCATALOGED
 from sandboxes.models import Session
 from tests import factories
 
@@ -145,6 +146,12 @@ def test_the_session_script_handles_approval_events_and_posts_decisions():
         assert label in script
     for decision in ("approve_once", "approve_session", "reject"):
         assert f'"{decision}"' in script
+    # Approving a synthetic action for the session allows a whole App (custom App) or all
+    # of a built-in App outside its catalog: the card says so.
+    assert f'keys.includes("{ANY_REQUEST}")' in script
+    assert f'keys.includes("{UNCATALOGED}")' in script
+    assert '"This allows every request to " + appName + " in this session."' in script
+    assert '" outside its catalog in this session."' in script
     # Data from events only ever goes in as text.
     assert "innerHTML" not in script.split("// Approvals:")[1].split("function render(")[0]
     assert finders.find("sandboxes/session.css")

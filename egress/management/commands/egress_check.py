@@ -82,6 +82,15 @@ class Command(BaseCommand):
                 target + (f"?{parts.query}" if parts.query else ""),
                 intercepted=parts.scheme == "https",
             )
+            app = answer["app"]
+            if app and app["outcome"] == policy.REFUSE:
+                answer.update(decision="blocked", code=app["reason"])
+            elif app and app["outcome"] == policy.PARK:
+                answer["decision"] = "ask"
+        # This command reads the settings of its own environment, not the running proxy's.
+        answer["private_allowlist"] = sorted(
+            f"{h}:{p}" for h, p in egress_rules().private_allowlist
+        )
         self.stdout.write(json.dumps(answer, indent=2))
 
     def _app_answer(self, context, destination, session, method, target, *, intercepted):

@@ -34,6 +34,7 @@ class Command(BaseCommand):
             "--num-acceptors", str(acceptors),
             "--timeout", str(settings.QUOR_EGRESS_IDLE_TIMEOUT),
             "--plugins", "egress.proxy_plugin.QuorEgressPlugin",
+            "--disable-headers", "via",  # upstreams need not learn the proxy's software
             "--ca-key-file", str(files.key),
             "--ca-cert-file", str(files.cert),
             "--ca-signing-key-file", str(files.signing_key),

@@ -136,6 +136,16 @@
     return expiry !== null && expiry <= Date.now() ? "expired" : "pending";
   }
 
+  // What "Approve for this session" allows when the request matched a synthetic action
+  // (apps/policy.py): "any" is every request to a custom App, "uncataloged" every request
+  // to a built-in App outside its catalog. "" for cataloged actions.
+  function broadScope(actions, appName) {
+    const keys = actions.map((action) => action && action.key);
+    if (keys.includes("any")) return "This allows every request to " + appName + " in this session.";
+    if (keys.includes("uncataloged")) return "This allows every request to " + appName + " outside its catalog in this session.";
+    return "";
+  }
+
   function buildApprovalCard(a) {
     const card = el("section", "approval approval-pending");
     card.tabIndex = -1;
@@ -186,6 +196,14 @@
       entry.buttons.push(button);
     });
     const hint = el("p", "approval-hint", "“Approve for this session” also lets later requests for these actions in this session pass without asking.");
+    // The synthetic actions cover a whole App (custom App) or all of a built-in App
+    // outside its catalog: approving them for the session is much broader, so say so.
+    const broad = broadScope(actions, a.app || "this App");
+    if (broad) {
+      hint.className = "approval-hint approval-hint-broad";
+      hint.textContent = "“Approve for this session”: ";
+      hint.appendChild(el("strong", null, broad));
+    }
     hint.id = titleId + "-hint";
     entry.buttons[1].setAttribute("aria-describedby", hint.id);
     entry.buttonRow = buttonRow;
