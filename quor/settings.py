@@ -225,6 +225,13 @@ QUOR_EGRESS_ALLOWED_PORTS = [int(p) for p in envlist("QUOR_EGRESS_ALLOWED_PORTS"
 QUOR_EGRESS_MAX_BODY_BYTES = envint("QUOR_EGRESS_MAX_BODY_BYTES", 32 * 1024 * 1024)
 # Seconds a proxied connection may stay silent (long model calls and streams).
 QUOR_EGRESS_IDLE_TIMEOUT = envint("QUOR_EGRESS_IDLE_TIMEOUT", 600)
+# Quor's own address as users' browsers reach it (links sent from other origins).
+QUOR_PUBLIC_URL = env("QUOR_PUBLIC_URL", "http://localhost:8000")
+# Where generated web apps are served: each app on its own host `<label>.<host of this
+# URL>` (never Quor's origin). Development: *.localhost, which browsers resolve to loopback.
+QUOR_WEBAPP_BASE_URL = env("QUOR_WEBAPP_BASE_URL", "http://localhost:8000")
+# Seconds a viewer's web app cookie stays valid before a new hand-off from Quor.
+QUOR_WEBAPP_COOKIE_SECONDS = envint("QUOR_WEBAPP_COOKIE_SECONDS", 12 * 3600)
 # Seconds a request parked for the user's approval waits before it fails closed.
 QUOR_APPROVAL_TIMEOUT_SECONDS = envint("QUOR_APPROVAL_TIMEOUT_SECONDS", 300)
 # Where the proxy keeps its CA (created on first start, then kept).

@@ -11,6 +11,7 @@ admin.site.site_title = "Quor admin"
 
 urlpatterns = [
     path("", include("sandboxes.urls")),
+    path("", include("webapps.urls")),
     path("apps/", include("apps.urls")),
     path(
         "accounts/login/",

@@ -100,7 +100,17 @@ class Session(models.Model):
         "quor.ModelProvider", on_delete=models.PROTECT, related_name="sessions"
     )
     model_name = models.CharField(max_length=200)
+    class Sharing(models.TextChoices):
+        PRIVATE = "private", "Private (only me)"
+        ORGANIZATION = "organization", "My organization"
+
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    sharing = models.CharField(
+        max_length=12,
+        choices=Sharing.choices,
+        default=Sharing.PRIVATE,
+        help_text="Who may open the session's web apps (never the conversation or files).",
+    )
     skills = models.JSONField(default=list, blank=True, help_text="Names of the Skills chosen.")
     apps = models.ManyToManyField(
         "integrations.App",

@@ -1,0 +1,204 @@
+"""Web apps through Quor's web app proxy: a test app runs inside a real sandbox (as the
+sandbox user), Quor's real web process (daphne) serves it on the app's own host, and
+the viewer is a plain HTTP client carrying everything a browser might."""
+
+import hashlib
+import http.client
+import json
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from django.test import Client
+
+from sandboxes import services
+from sandboxes.models import Session
+from tests import factories
+from webapps import headers as header_rules
+from webapps import services as webapps
+
+pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+
+APP_PORT = 8080
+APP_SOURCE = (Path(__file__).parent / "sandbox_app.py").read_text()
+HOSTILE_HEADERS = {
+    "Cookie": "sessionid=quor-session; csrftoken=quor-csrf; quor_webapp=handoff",
+    "Authorization": "Bearer viewer-token",
+    "Proxy-Authorization": "Basic dmlld2VyOnNlY3JldA==",
+    "X-CSRFToken": "csrf-1",
+    "X-CSRF-Token": "csrf-2",
+    "X-XSRF-Token": "csrf-3",
+    "Forwarded": "for=10.0.0.1",
+    "X-Forwarded-For": "10.0.0.1",
+    "X-Forwarded-Host": "quor.example",
+    "X-Forwarded-Proto": "https",
+    "X-Real-IP": "10.0.0.1",
+    "Via": "1.1 corporate-proxy",
+    "X-Remote-User": "ceo@acme.test",
+    "X-Auth-Request-Email": "ceo@acme.test",
+    "Remote-User": "ceo",
+}
+
+
+@pytest.fixture
+def webapp(owner, running_sandbox, quor_web):
+    session = factories.make_session(owner, sandbox=running_sandbox)
+    services.sandbox_exec(
+        user=owner,
+        argv=[
+            "sh", "-c",
+            'setsid python3 -c "$1" "$2" > /tmp/app.log 2>&1 < /dev/null & '
+            'for i in $(seq 50); do python3 -c "import socket; socket.create_connection((\'127.0.0.1\', $2))" 2>/dev/null && exit 0; sleep 0.1; done; exit 1',
+            "sh", APP_SOURCE, str(APP_PORT),
+        ],
+    )  # fmt: skip
+    return webapps.webapp_register(session=session, port=APP_PORT, command="python3 app.py")
+
+
+def app_host(webapp) -> str:
+    return urlsplit(webapps.app_origin().origin(webapp.label)).netloc
+
+
+def fetch(webapp, path="/", *, method="GET", headers=None, body=None):
+    connection = http.client.HTTPConnection("127.0.0.1", 18000, timeout=30)
+    connection.request(
+        method, path, body=body, headers={"Host": app_host(webapp), **(headers or {})}
+    )
+    return connection.getresponse()
+
+
+def cookie_for(user, webapp) -> str:
+    """What the hand-off leaves in the viewer's browser, obtained the way a browser does."""
+    browser = Client()
+    browser.force_login(user)
+    handoff = browser.get(f"/webapps/{webapp.label}/open")
+    assert handoff.status_code == 302, handoff.status_code
+    target = urlsplit(handoff["Location"])
+    assert target.netloc == app_host(webapp)
+    response = fetch(webapp, f"{target.path}?{target.query}")
+    assert response.status == 302
+    set_cookie = response.getheader("Set-Cookie")
+    assert "HttpOnly" in set_cookie and "Domain" not in set_cookie
+    return set_cookie.split(";")[0]
+
+
+def test_no_viewer_credential_or_identity_reaches_the_app_and_no_cookie_comes_back(webapp, owner):
+    cookie = cookie_for(owner, webapp)
+    response = fetch(
+        webapp, "/echo", headers={**HOSTILE_HEADERS, "Cookie": f"{cookie}; sessionid=x"}
+    )
+    assert response.status == 200
+    received = {
+        name.lower(): value for name, value in json.loads(response.read())["headers"].items()
+    }
+    for name in [*HOSTILE_HEADERS, "Cookie"]:
+        assert name.lower() not in received, name
+    assert not any(name.startswith("x-forwarded-") for name in received)
+    assert response.getheader("Set-Cookie") is None
+    assert response.getheader("Content-Security-Policy") == header_rules.SANDBOX_CSP
+    assert "allow-same-origin" not in header_rules.SANDBOX_CSP
+
+
+def test_the_app_origin_differs_from_quors_and_quors_cookies_stay_home(webapp, owner):
+    origin = urlsplit(webapps.app_origin().origin(webapp.label))
+    assert origin.hostname == f"{webapp.label}.localhost"
+    assert origin.hostname not in ("localhost", "127.0.0.1")
+    login = Client().post(
+        "/accounts/login/", {"username": owner.email, "password": factories.PASSWORD}
+    )
+    assert login.status_code == 302
+    for name in ("sessionid", "csrftoken"):  # host-only: browsers never send them to app hosts
+        assert login.cookies[name]["domain"] == "", name
+
+
+@pytest.mark.parametrize(
+    ("viewer", "sharing", "allowed"),
+    [
+        ("owner", "private", True),
+        ("colleague", "private", False),
+        ("stranger", "private", False),
+        ("owner", "organization", True),
+        ("colleague", "organization", True),
+        ("stranger", "organization", False),
+    ],
+)
+def test_who_may_open_the_app(webapp, request, viewer, sharing, allowed):
+    Session.objects.filter(pk=webapp.session_id).update(sharing=sharing)
+    user = request.getfixturevalue(viewer)
+    browser = Client()
+    browser.force_login(user)
+    opened = browser.get(f"/webapps/{webapp.label}/open")
+    assert opened.status_code == (302 if allowed else 404)
+    forged = f"{webapps.VIEWER_COOKIE}={webapps.viewer_cookie(user.pk, webapp.label)}"
+    response = fetch(webapp, "/echo", headers={"Cookie": forged})
+    assert response.status == (200 if allowed else 404)
+
+
+def test_an_anonymous_viewer_is_sent_to_log_in_and_back(webapp, owner):
+    response = fetch(webapp, "/some/page?x=1")
+    assert response.status == 302
+    location = response.getheader("Location")
+    assert location.startswith("http://127.0.0.1:18000/webapps/")
+    assert "next=%2Fsome%2Fpage%3Fx%3D1" in location
+    browser = Client()
+    assert browser.get(urlsplit(location).path).status_code == 302  # to the login page
+    browser.force_login(owner)
+    path = urlsplit(location)
+    handoff = browser.get(f"{path.path}?{path.query}")
+    assert "next=%2Fsome%2Fpage%3Fx%3D1" in handoff["Location"]
+
+
+def test_a_cookie_of_another_app_or_a_stale_handoff_is_refused(webapp, owner):
+    other_label = "w0000000000000000"
+    forged = f"{webapps.VIEWER_COOKIE}={webapps.viewer_cookie(owner.pk, other_label)}"
+    assert fetch(webapp, "/echo", headers={"Cookie": forged}).status == 302
+    assert fetch(webapp, f"{webapps.HANDOFF_PATH}?token=garbage").status == 404
+
+
+def test_streaming_ranges_uploads_and_server_sent_events(webapp, owner):
+    cookie = {"Cookie": cookie_for(owner, webapp)}
+    big = fetch(webapp, "/stream?size=20000000", headers=cookie)
+    assert big.status == 200
+    assert len(big.read()) == 20_000_000
+    ranged = fetch(webapp, "/blob", headers={**cookie, "Range": "bytes=1000-1999"})
+    assert ranged.status == 206
+    assert ranged.getheader("Content-Range") == "bytes 1000-1999/1048576"
+    assert ranged.read() == (bytes(range(256)) * 4096)[1000:2000]
+    upload = b"u" * 5_000_000
+    posted = fetch(webapp, "/upload", method="POST", headers=cookie, body=upload)
+    assert json.loads(posted.read()) == {
+        "received": len(upload),
+        "sha256": hashlib.sha256(upload).hexdigest(),
+    }
+    events = fetch(webapp, "/events", headers=cookie)
+    assert events.getheader("Content-Type") == "text/event-stream"
+    assert events.read().decode().count("data: event") == 3
+
+
+def test_websockets_pass_through(webapp, owner):
+    import websocket
+
+    cookie = cookie_for(owner, webapp)
+    connection = websocket.create_connection(
+        "ws://127.0.0.1:18000/live",
+        host=app_host(webapp),
+        origin=webapps.app_origin().origin(webapp.label),
+        header=[f"Cookie: {cookie}"],
+        timeout=10,
+    )
+    connection.send("hello")
+    assert connection.recv() == "echo: hello"
+    connection.close()
+    with pytest.raises(websocket.WebSocketBadStatusException):
+        websocket.create_connection(
+            "ws://127.0.0.1:18000/live", host=app_host(webapp),
+            origin="http://evil.test", header=[f"Cookie: {cookie}"], timeout=10,
+        )  # fmt: skip
+
+
+def test_a_stopped_sandbox_shows_that_the_app_is_not_running(webapp, owner):
+    cookie = {"Cookie": cookie_for(owner, webapp)}
+    services.sandbox_stop(sandbox=webapp.session.sandbox)
+    response = fetch(webapp, "/", headers=cookie)
+    assert response.status == 503
+    assert b"not running" in response.read()

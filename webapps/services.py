@@ -1,0 +1,203 @@
+"""Web apps: registering them, who may open them, and how a viewer gets from Quor's
+origin to the app's own origin (a short-lived signed hand-off, then a cookie scoped to
+that app's host only)."""
+
+from dataclasses import dataclass
+from urllib.parse import urlencode, urlsplit
+
+from django.conf import settings
+from django.core import signing
+from django.db import transaction
+
+from quor.lib.errors import InvalidInput, NotFound
+from sandboxes.models import Sandbox, Session
+from webapps.models import WebApp
+
+HANDOFF_SALT = "quor.webapps.handoff"
+VIEWER_SALT = "quor.webapps.viewer"
+HANDOFF_SECONDS = 60
+HANDOFF_PATH = "/__quor/handoff"
+VIEWER_COOKIE = "quor_webapp"
+MAX_COMMAND_CHARS = 2000
+RUNTIME_STATES = (Sandbox.State.RUNNING, Sandbox.State.IDLE)
+
+
+@dataclass(frozen=True)
+class AppOrigin:
+    scheme: str
+    base_host: str
+    port: int | None
+
+    def origin(self, label: str) -> str:
+        port = f":{self.port}" if self.port else ""
+        return f"{self.scheme}://{label}.{self.base_host}{port}"
+
+
+def app_origin() -> AppOrigin:
+    parts = urlsplit(settings.QUOR_WEBAPP_BASE_URL)
+    return AppOrigin(parts.scheme or "http", (parts.hostname or "localhost").lower(), parts.port)
+
+
+def label_for_host(host_header: str) -> str | None:
+    """The app label if this Host header names a web app's origin, else None."""
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        return None
+    host = host.rsplit(":", 1)[0] if ":" in host else host
+    suffix = "." + app_origin().base_host
+    if not host.endswith(suffix):
+        return None
+    label = host[: -len(suffix)]
+    return label if label and "." not in label else None
+
+
+# --- registering ----------------------------------------------------------------------------
+
+
+def webapp_register(*, session: Session, port, command) -> WebApp:
+    """The agent started a server on `port`: record it (again) as running and tell viewers."""
+    from sandboxes.sessions import session_events_append  # sessions imports webapps' caller
+
+    if not isinstance(port, int) or isinstance(port, bool) or not 1024 <= port <= 65535:
+        raise InvalidInput("port must be a number from 1024 to 65535.", code="webapps.invalid_port")
+    if not isinstance(command, str) or not command.strip() or len(command) > MAX_COMMAND_CHARS:
+        raise InvalidInput(
+            f"command must be 1 to {MAX_COMMAND_CHARS} characters.", code="webapps.invalid_command"
+        )
+    with transaction.atomic():
+        webapp, _ = WebApp.objects.update_or_create(
+            session=session,
+            port=port,
+            defaults={"command": command, "status": WebApp.Status.RUNNING},
+        )
+        session_events_append(
+            session=session, events=[("webapp_started", {"webapp": webapp_payload(webapp)})]
+        )
+    return webapp
+
+
+def webapp_payload(webapp: WebApp) -> dict:
+    return {
+        "id": str(webapp.pk),
+        "label": webapp.label,
+        "port": webapp.port,
+        "command": webapp.command,
+        "status": webapp.status,
+        "url": app_origin().origin(webapp.label) + "/",
+        "open_url": f"/webapps/{webapp.label}/open",
+    }
+
+
+# --- access ---------------------------------------------------------------------------------
+
+
+def can_view(user, webapp: WebApp) -> bool:
+    """The owner always; with Organization sharing, any active member of the owner's
+    active organization. Sharing exposes the app, nothing else of the session."""
+    if user is None or not user.is_active:
+        return False
+    session = webapp.session
+    if session.owner_id == user.pk:
+        return True
+    if session.sharing != Session.Sharing.ORGANIZATION:
+        return False
+    mine = getattr(user, "membership", None)
+    owners = getattr(session.owner, "membership", None)
+    return bool(
+        mine
+        and owners
+        and mine.organization_id == owners.organization_id
+        and mine.organization.is_active
+    )
+
+
+def get_webapp_for_viewer(user, label: str) -> WebApp:
+    webapp = (
+        WebApp.objects.select_related(
+            "session__owner__membership__organization", "session__sandbox"
+        )
+        .filter(label=label)
+        .first()
+    )
+    if webapp is None or not can_view(user, webapp):
+        raise NotFound("No such web app.", code="webapps.not_found")
+    return webapp
+
+
+def session_set_sharing(*, user, session: Session, sharing: str) -> Session:
+    if session.owner_id != user.pk:
+        raise NotFound("No such session.")
+    if sharing not in Session.Sharing.values:
+        raise InvalidInput(
+            f"sharing must be one of {', '.join(Session.Sharing.values)}.",
+            code="webapps.invalid_sharing",
+        )
+    Session.objects.filter(pk=session.pk).update(sharing=sharing)
+    session.sharing = sharing
+    return session
+
+
+# --- hand-off across origins --------------------------------------------------------------
+
+
+def _safe_next(path: str) -> str:
+    """Only a path on the app's own origin (no scheme, no host, no `//`)."""
+    if not path.startswith("/") or path.startswith("//") or "\\" in path:
+        return "/"
+    return path
+
+
+def handoff_url(user, webapp: WebApp, next_path: str = "/") -> str:
+    """Where Quor's origin sends a viewer: the app's origin, with a token good for a
+    minute that only this app accepts."""
+    token = signing.dumps({"u": user.pk, "w": webapp.label}, salt=HANDOFF_SALT)
+    query = urlencode({"token": token, "next": _safe_next(next_path)})
+    return f"{app_origin().origin(webapp.label)}{HANDOFF_PATH}?{query}"
+
+
+def read_handoff(token: str, label: str) -> int | None:
+    """The user id the hand-off carries, if it is valid, fresh and for this app."""
+    try:
+        data = signing.loads(token, salt=HANDOFF_SALT, max_age=HANDOFF_SECONDS)
+    except signing.BadSignature:
+        return None
+    return data["u"] if data.get("w") == label else None
+
+
+def viewer_cookie(user_id: int, label: str) -> str:
+    return signing.dumps({"u": user_id, "w": label}, salt=VIEWER_SALT)
+
+
+def login_url(label: str, next_path: str) -> str:
+    """Quor's page that logs the viewer in (if needed) and hands them off to the app."""
+    query = urlencode({"next": _safe_next(next_path)})
+    return f"{settings.QUOR_PUBLIC_URL.rstrip('/')}/webapps/{label}/open?{query}"
+
+
+def viewer_cookie_attributes() -> str:
+    """Host-only (no Domain), HttpOnly. SameSite=None, so that it also travels from
+    the preview iframe (an opaque origin); that needs Secure, which browsers accept
+    over https and on *.localhost. Elsewhere over plain http: Lax (previews that load
+    sub-resources may then ask to open the app in a tab)."""
+    origin = app_origin()
+    base = f"Path=/; HttpOnly; Max-Age={settings.QUOR_WEBAPP_COOKIE_SECONDS}"
+    if origin.scheme == "https" or origin.base_host == "localhost":
+        return f"{base}; SameSite=None; Secure"
+    return f"{base}; SameSite=Lax"
+
+
+def read_viewer_cookie(value: str, label: str) -> int | None:
+    try:
+        data = signing.loads(value, salt=VIEWER_SALT, max_age=settings.QUOR_WEBAPP_COOKIE_SECONDS)
+    except signing.BadSignature:
+        return None
+    return data["u"] if data.get("w") == label else None
+
+
+def upstream_address(webapp: WebApp) -> tuple[str, int] | None:
+    """Where the app server listens (the sandbox's bridge address), or None when the
+    sandbox is not running."""
+    sandbox = webapp.session.sandbox
+    if sandbox.state not in RUNTIME_STATES or not sandbox.network_address:
+        return None
+    return sandbox.network_address, webapp.port
