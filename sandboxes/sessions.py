@@ -244,6 +244,13 @@ def agents_md(session: Session) -> str:
         "this sandbox: use the placeholders in the environment and the proxy adds the real",
         "ones. A 403 with a JSON `error.code` from the proxy means the request is not allowed;",
         "report it rather than working around it.",
+        "",
+        "## Web apps",
+        "",
+        "To show the user a web app you built, start its server with the `start_web_app`",
+        "tool (a command and a port), not with run_command. The server must listen on",
+        "0.0.0.0, not 127.0.0.1 or localhost. The user then sees a live preview of it in this",
+        "session and can open it in a tab; it keeps running after your turn.",
     ]
     apps = list(session.apps.all())
     if apps:

@@ -2,16 +2,18 @@
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db.models import Max
 from django.http import Http404
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.selectors import enabled_apps
 from quor import selectors as quor_selectors
 from quor.lib.errors import QuorError
 from quor.lib.permissions import get_active_membership
 from sandboxes import selectors, sessions
-from sandboxes.models import Skill
+from sandboxes.models import Session, Skill
+from webapps.services import session_set_sharing, webapp_payload
 
 
 def _models_for(user):
@@ -85,13 +87,37 @@ def session_new(request):
 
 
 @login_required
+@require_http_methods(["GET", "HEAD", "POST"])
 def session_detail(request, session_id):
+    """The session (owner only). A POST is the web apps' sharing switch (`sharing`)."""
     session = _session_or_404(request.user, session_id)
+    if request.method == "POST":
+        return _session_sharing(request, session)
     return render(
         request,
         "sandboxes/session_detail.html",
-        {"session": session, "apps": session.apps.order_by("name")},
+        {
+            "session": session,
+            "apps": session.apps.order_by("name"),
+            "webapps": [webapp_payload(webapp) for webapp in session.webapps.all()],
+            # Events up to here are on the page already (web apps: no second load).
+            "last_seq": session.events.aggregate(last=Max("seq"))["last"] or 0,
+            "sharing_choices": Session.Sharing.choices,
+        },
     )
+
+
+def _session_sharing(request, session):
+    try:
+        session_set_sharing(
+            user=request.user, session=session, sharing=request.POST.get("sharing", "")
+        )
+    except QuorError as exc:
+        messages.error(request, exc.message)
+    else:
+        label = Session.Sharing(session.sharing).label
+        messages.success(request, f"Web apps of this session: {label}.")
+    return redirect("session-detail", session_id=session.pk)
 
 
 @login_required

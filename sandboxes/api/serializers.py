@@ -28,6 +28,7 @@ class SessionSerializer(serializers.ModelSerializer):
             "title",
             "model",
             "status",
+            "sharing",
             "skills",
             "apps",
             "created_at",
@@ -129,6 +130,33 @@ class AgentEventSerializer(serializers.Serializer):
 
 class RuntimeEventsSerializer(StrictSerializer):
     events = serializers.ListField(child=serializers.JSONField(), allow_empty=False)
+
+
+class SessionUpdateSerializer(StrictSerializer):
+    sharing = serializers.CharField(
+        help_text="Who may open the session's web apps: `private` (only you) or "
+        "`organization` (every member of your organization). Never the conversation or files."
+    )
+
+
+class RuntimeWebAppSerializer(StrictSerializer):
+    # Checked by webapps.services.webapp_register (its own error codes).
+    port = serializers.JSONField(help_text="The port the server listens on (1024-65535).")
+    command = serializers.JSONField(help_text="The command that started it.")
+
+
+class WebAppSerializer(serializers.Serializer):
+    """A web server the agent started in the session (as webapps.services.webapp_payload)."""
+
+    id = serializers.UUIDField()
+    label = serializers.CharField()
+    port = serializers.IntegerField()
+    command = serializers.CharField()
+    status = serializers.CharField()
+    url = serializers.URLField(help_text="The app's own origin.")
+    open_url = serializers.CharField(
+        help_text="On Quor's origin: logs the viewer in and hands them off to the app."
+    )
 
 
 class LibraryFileSerializer(serializers.Serializer):

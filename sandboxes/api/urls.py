@@ -17,6 +17,11 @@ urlpatterns = [
         name="api-runtime-session-events",
     ),
     path(
+        "runtime/sessions/<str:session_id>/webapps/",
+        views.RuntimeSessionWebAppsView.as_view(),
+        name="api-runtime-session-webapps",
+    ),
+    path(
         "sessions/<str:session_id>/exec/", views.SessionExecView.as_view(), name="api-session-exec"
     ),
     path(

@@ -21,12 +21,16 @@ from sandboxes.api.serializers import (
     MessageSerializer,
     RuntimeEventsSerializer,
     RuntimeIdentitySerializer,
+    RuntimeWebAppSerializer,
     SandboxRequestSerializer,
     SandboxSerializer,
     SessionCreateSerializer,
     SessionSerializer,
+    SessionUpdateSerializer,
+    WebAppSerializer,
 )
 from sandboxes.selectors import is_uuid
+from webapps import services as webapp_services
 
 # Images the file browser may show inline (never SVG: it can carry scripts).
 PREVIEWABLE_IMAGES = {
@@ -67,6 +71,26 @@ class SessionViewSet(viewsets.ViewSet):
             **serializer.validated_data,
         )
         return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        parameters=[SESSION_ID], request=SessionUpdateSerializer, responses=SessionSerializer
+    )
+    def partial_update(self, request, pk=None):
+        """Changes who may open the session's web apps (`sharing`); owner only."""
+        session = selectors.get_session_for_user(request.user, pk)
+        serializer = SessionUpdateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        session = webapp_services.session_set_sharing(
+            user=request.user, session=session, sharing=serializer.validated_data["sharing"]
+        )
+        return Response(SessionSerializer(session).data)
+
+    @extend_schema(parameters=[SESSION_ID], responses=WebAppSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def webapps(self, request, pk=None):
+        """The web apps the agent started in this session (owner only)."""
+        session = selectors.get_session_for_user(request.user, pk)
+        return Response([webapp_services.webapp_payload(w) for w in session.webapps.all()])
 
     @extend_schema(
         parameters=[SESSION_ID], request=MessageSerializer, responses={202: SessionSerializer}
@@ -266,6 +290,26 @@ class RuntimeSessionEventsView(APIView):
             session=session, events=serializer.validated_data["events"]
         )
         return Response({"last_seq": last_seq})
+
+
+class RuntimeSessionWebAppsView(APIView):
+    """Sandbox-facing: the agent runtime registers a web server it started in the session."""
+
+    authentication_classes = [SandboxCredentialAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(
+        parameters=[SESSION_ID], request=RuntimeWebAppSerializer, responses={201: WebAppSerializer}
+    )
+    def post(self, request, session_id):
+        sandbox = request.auth
+        session = sandbox.sessions.filter(pk=session_id).first() if is_uuid(session_id) else None
+        if session is None:
+            raise NotFound("No such session in this sandbox.")
+        serializer = RuntimeWebAppSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        webapp = webapp_services.webapp_register(session=session, **serializer.validated_data)
+        return Response(webapp_services.webapp_payload(webapp), status=status.HTTP_201_CREATED)
 
 
 class LibraryView(APIView):

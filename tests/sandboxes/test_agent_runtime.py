@@ -4,6 +4,7 @@ model provider and a fake of Quor's events API: no Docker, no database."""
 import ast
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,13 +28,18 @@ KEYS = {
 }
 SESSION_ID = "0b7c6f0e-session"
 EVENTS_PATH = f"/api/v1/runtime/sessions/{SESSION_ID}/events/"
+WEBAPPS_PATH = f"/api/v1/runtime/sessions/{SESSION_ID}/webapps/"
+WEBAPP_URL = "http://wfeedface.apps.test/"
+ALL_INTERFACES = "0.0.0.0"  # noqa: S104  (where web apps must listen)
 
 
 class EventsRecorder:
-    """Quor's events API: accepts posts with the right token, records their events."""
+    """Quor's events API: accepts posts with the right token, records their events; and
+    its web app registrations (in `webapps`)."""
 
     def __init__(self):
         self.posts: list[list[dict]] = []
+        self.webapps: list[dict] = []
         self.rejected = 0
         self.status = 200
         recorder = self
@@ -43,19 +49,24 @@ class EventsRecorder:
 
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                status = recorder.status
-                if (
-                    self.headers.get("Authorization") != f"Bearer {TOKEN}"
-                    or self.path != EVENTS_PATH
+                status, answer = recorder.status, b"{}"
+                if self.headers.get("Authorization") != f"Bearer {TOKEN}" or self.path not in (
+                    EVENTS_PATH,
+                    WEBAPPS_PATH,
                 ):
                     recorder.rejected += 1
                     status = 401
+                elif status == 200 and self.path == WEBAPPS_PATH:
+                    registration = json.loads(body)
+                    recorder.webapps.append(registration)
+                    status = 201
+                    answer = json.dumps({**registration, "url": WEBAPP_URL}).encode()
                 elif status == 200:
                     recorder.posts.append(json.loads(body)["events"])
                 self.send_response(status)
-                self.send_header("Content-Length", "2")
+                self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
-                self.wfile.write(b"{}")
+                self.wfile.write(answer)
 
             def log_message(self, *args):
                 pass
@@ -201,6 +212,7 @@ def test_an_anthropic_run_writes_a_program_runs_it_and_reports_its_output(quor, 
         "write_file",
         "edit_file",
         "list_files",
+        "start_web_app",
     }
     assert all("input_schema" in tool for tool in first["body"]["tools"])
     last = model.requests[-1]["body"]["messages"]
@@ -493,3 +505,129 @@ def test_the_runtime_uses_the_proxy_even_for_hosts_in_no_proxy(tmp_path):
     assert any(
         url.startswith("http://127.0.0.1:9/api/v1/runtime/sessions/s/events/") for url in seen
     )
+
+
+# --- start_web_app --------------------------------------------------------------------
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind((ALL_INTERFACES, 0))
+        return probe.getsockname()[1]
+
+
+def web_app_turn(quor, model, session_dir, command, port):
+    call = {"name": "start_web_app", "input": {"command": command, "port": port}}
+    model.script = [{"tool_calls": [call]}, {"text": "Done."}]
+    result = run_agent(session_dir, agent_env(quor, model, session_dir))
+    assert result.returncode == 0, result.stderr
+    [tool_result] = quor.of_kind("tool_result")
+    return tool_result
+
+
+def port_answers(port) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def test_start_web_app_starts_a_server_that_outlives_the_turn_and_registers_it(
+    quor, model, session_dir
+):
+    import urllib.request
+
+    port = free_port()
+    command = f"python3 -m http.server --bind 0.0.0.0 {port}"
+    (session_dir / "index.html").write_text("<h1>hello from the app</h1>")
+    tool_result = web_app_turn(quor, model, session_dir, command, port)
+    group = re.search(r"process group (\d+)", tool_result["output"])
+    try:
+        assert tool_result["is_error"] is False, tool_result["output"]
+        assert WEBAPP_URL in tool_result["output"]
+        assert quor.webapps == [{"port": port, "command": command}]
+        assert quor.rejected == 0
+        # The runtime has exited; the server still serves the session directory.
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
+            assert b"hello from the app" in response.read()
+        assert (session_dir / ".quor" / f"webapp-{port}.log").exists()
+    finally:
+        if group:
+            os.killpg(int(group.group(1)), signal.SIGKILL)
+    assert group, tool_result["output"]
+    wait_for(lambda: not port_answers(port))
+
+
+def test_a_web_app_on_loopback_only_is_stopped_with_a_hint_to_bind_0_0_0_0(
+    quor, model, session_dir
+):
+    port = free_port()
+    command = f"echo starting the app; exec python3 -m http.server --bind 127.0.0.1 {port}"
+    tool_result = web_app_turn(quor, model, session_dir, command, port)
+
+    assert tool_result["is_error"] is True
+    assert "127.0.0.1" in tool_result["output"] and ALL_INTERFACES in tool_result["output"]
+    assert "starting the app" in tool_result["output"]  # the end of its log
+    assert quor.webapps == []
+    assert not port_answers(port)  # stopped
+
+
+def test_a_web_app_command_that_fails_is_reported_with_its_log(quor, model, session_dir):
+    started = time.monotonic()
+    tool_result = web_app_turn(quor, model, session_dir, "echo no such app >&2; exit 3", 8999)
+
+    assert time.monotonic() - started < 10  # no waiting for the port
+    assert tool_result["is_error"] is True
+    assert "exited with code 3" in tool_result["output"]
+    assert "no such app" in tool_result["output"]
+    assert ALL_INTERFACES in model.requests[0]["body"]["tools"][-1]["description"]
+    assert quor.webapps == []
+
+
+def test_start_web_app_refuses_a_port_in_use_and_low_ports(quor, model, session_dir):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind((ALL_INTERFACES, 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        calls = [
+            {"name": "start_web_app", "input": {"command": "true", "port": port}},
+            {"name": "start_web_app", "input": {"command": "true", "port": 80}},
+        ]
+        model.script = [{"tool_calls": calls}, {"text": "Done."}]
+        result = run_agent(session_dir, agent_env(quor, model, session_dir))
+
+    assert result.returncode == 0, result.stderr
+    in_use, low = quor.of_kind("tool_result")
+    assert in_use["is_error"] and "already in use" in in_use["output"]
+    assert low["is_error"] and "1024" in low["output"]
+    assert quor.webapps == []
+
+
+def test_sigterm_while_a_web_app_starts_stops_it_too(quor, model, session_dir):
+    """Registered web apps outlive the turn; one still starting goes with a cancel."""
+    pid_file = session_dir / "server.pid"
+    command = f"echo $$ > {pid_file}; exec sleep 60"
+    call = {"name": "start_web_app", "input": {"command": command, "port": free_port()}}
+    model.script = [{"tool_calls": [call]}]
+    process = start_agent(session_dir, agent_env(quor, model, session_dir))
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip())
+    pid = int(pid_file.read_text())
+
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=5) == 143
+
+    def gone():
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        return state == "Z"
+
+    wait_for(gone)

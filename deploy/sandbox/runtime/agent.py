@@ -10,6 +10,10 @@ the results, until it answers without a tool call or QUOR_MAX_STEPS model calls 
 Everything it does is posted to Quor as events. The conversation is saved after every
 step, so the next run (a follow-up message, or a restart) continues it.
 
+Web apps (the start_web_app tool) are servers started in their own session and process
+group: they outlive the turn (a timeout or SIGTERM stops the turn, not them) and Quor
+shows them to the user once the runtime has registered them.
+
 Exit status: 0 turn finished (or nothing to do); 2 an `error` event was posted (model
 provider failure, bad configuration, internal failure); 3 Quor's API stayed unreachable;
 143 stopped by SIGTERM (a running command's process group is killed first).
@@ -25,11 +29,14 @@ the host's loopback (development) must still go through the proxy.
 
 import argparse
 import contextlib
+import ipaddress
 import json
 import os
 import re
 import select
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -51,6 +58,10 @@ EVENT_POST_TIMEOUT = 10
 EVENT_RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0)  # then Quor counts as unreachable
 OUTPUT_GRACE = 0.2  # seconds to keep reading output after a command has ended
 EXIT_LINE_ROOM = 64  # bytes kept free for run_command's "[exit code: N]" line
+WEBAPP_START_TIMEOUT = 20  # seconds a web app has to listen on its port
+WEBAPP_LOOPBACK_GRACE = 2  # seconds a loopback-only listener gets to also bind 0.0.0.0
+WEBAPP_MAX_COMMAND = 2000  # characters (as Quor accepts)
+WEBAPP_LOG_TAIL = 3000  # bytes of the log shown when a web app does not start
 
 SYSTEM_PROMPT = """\
 You are a coding agent working in a Linux sandbox, in the directory {directory}.
@@ -239,9 +250,10 @@ class ToolError(Exception):
 
 
 class Context:
-    def __init__(self, directory, config):
+    def __init__(self, directory, config, session_id=""):
         self.directory = directory
         self.config = config
+        self.session_id = session_id
 
     def path(self, value):
         if not value:
@@ -411,6 +423,184 @@ def list_files(ctx, args):
     return ToolResult("\n".join(names) if names else "(empty directory)")
 
 
+# --- web apps ---------------------------------------------------------------------------
+
+# /proc/net/tcp* state of a listening socket.
+TCP_LISTEN = "0A"
+
+
+def _proc_address(hex_address):
+    """An address of /proc/net/tcp or tcp6: 32-bit words, each printed in host order."""
+    words = [int(hex_address[i : i + 8], 16) for i in range(0, len(hex_address), 8)]
+    return ipaddress.ip_address(b"".join(struct.pack("=I", word) for word in words))
+
+
+def listeners(port):
+    """What listens on TCP `port` in this network namespace: a set of "any" (0.0.0.0 or
+    ::), "loopback" (127.x, ::1) and "address" (another address of this machine). None
+    when /proc/net/tcp cannot be read."""
+    found, readable = set(), False
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name, encoding="ascii") as table:
+                lines = table.readlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 4 or fields[3] != TCP_LISTEN:
+                continue
+            hex_address, _, hex_port = fields[1].partition(":")
+            if int(hex_port, 16) != port:
+                continue
+            address = _proc_address(hex_address)
+            mapped = getattr(address, "ipv4_mapped", None) or address
+            if address.is_unspecified:
+                found.add("any")
+            elif mapped.is_loopback:
+                found.add("loopback")
+            else:
+                found.add("address")
+    return found if readable else None
+
+
+def _reachable(port):
+    """Without /proc: whether the port answers on this machine's own (non-loopback)
+    address, which is where Quor connects."""
+    try:
+        address = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return set()
+    if ipaddress.ip_address(address).is_loopback:
+        return set()
+    with contextlib.suppress(OSError), socket.create_connection((address, port), timeout=1):
+        return {"address"}
+    return set()
+
+
+def _listening(port):
+    found = listeners(port)
+    return _reachable(port) if found is None else found
+
+
+def _log_tail(path):
+    try:
+        with open(path, "rb") as log:
+            size = os.fstat(log.fileno()).st_size
+            log.seek(max(0, size - WEBAPP_LOG_TAIL))
+            data = log.read()
+    except OSError:
+        return "(no log)"
+    text = data.decode("utf-8", "replace").strip()
+    if not text:
+        return "(the log is empty)"
+    return ("[…]\n" if size > WEBAPP_LOG_TAIL else "") + text
+
+
+def _register_web_app(ctx, port, command):
+    """Tells Quor (which shows the app to the user); the proxy adds the credential."""
+    session = urllib.parse.quote(ctx.session_id, safe="")
+    url = f"{ctx.config.api_url}/api/v1/runtime/sessions/{session}/webapps/"
+    headers = {"Authorization": f"Bearer {ctx.config.api_token}"}
+    problem = ""
+    for delay in (*EVENT_RETRY_DELAYS, None):
+        try:
+            with post_json(
+                url, {"port": port, "command": command}, headers, EVENT_POST_TIMEOUT
+            ) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            message = _provider_message(exc.read(65536))
+            problem = f"Quor refused it (HTTP {exc.code})" + (f": {message}" if message else ".")
+            if 400 <= exc.code < 500 and exc.code not in (401, 408, 429):
+                break  # asking again will not help
+        except (OSError, HTTPException, ValueError) as exc:
+            problem = f"Quor could not be reached: {exc or type(exc).__name__}"
+        if delay is None:
+            break
+        time.sleep(delay)
+    raise ToolError(f"The web app started but could not be registered. {problem}")
+
+
+def start_web_app(ctx, args):
+    port, command = args["port"], args["command"]
+    if not 1024 <= port <= 65535:
+        raise ToolError("`port` must be from 1024 to 65535.")
+    if not command.strip() or len(command) > WEBAPP_MAX_COMMAND:
+        raise ToolError(f"`command` must be 1 to {WEBAPP_MAX_COMMAND} characters.")
+    if _listening(port):
+        raise ToolError(
+            f"Port {port} is already in use. If it is an earlier server, stop it first "
+            "(kill its processes), or use another port."
+        )
+    log_name = f".quor/webapp-{port}.log"
+    log_path = ctx.directory / log_name
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(  # noqa: S603  (running the model's commands is the point)
+            ["bash", "-lc", command],  # noqa: S607
+            cwd=ctx.directory,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # outlives the turn once it is registered
+        )
+    _running_groups.add(process.pid)  # until then, SIGTERM (cancel) stops it too
+    try:
+        return _wait_and_register(ctx, process, port, command, log_name)
+    finally:
+        _running_groups.discard(process.pid)
+
+
+def _wait_and_register(ctx, process, port, command, log_name):
+    log_path = ctx.directory / log_name
+    deadline = time.monotonic() + WEBAPP_START_TIMEOUT
+    loopback_since = None
+    problem = None
+    while problem is None:
+        found = _listening(port)
+        if found & {"any", "address"}:
+            break
+        now = time.monotonic()
+        code = process.poll()
+        if "loopback" in found:
+            loopback_since = loopback_since or now
+            if now - loopback_since >= WEBAPP_LOOPBACK_GRACE:
+                problem = (
+                    f"The server listens on port {port} of 127.0.0.1 (loopback) only, where "
+                    "Quor cannot reach it: make it listen on 0.0.0.0 (e.g. `--host 0.0.0.0` "
+                    "or `--bind 0.0.0.0`)."
+                )
+        elif code not in (None, 0):
+            problem = f"The command exited with code {code} before port {port} was listening."
+        elif now >= deadline:
+            problem = (
+                f"Nothing listened on port {port} of 0.0.0.0 within {WEBAPP_START_TIMEOUT} "
+                "seconds. The server must listen on 0.0.0.0 (not 127.0.0.1) on the port given."
+            )
+        if problem is None:
+            time.sleep(0.2)
+    if problem is not None:
+        kill_group(process.pid)
+        process.wait()
+        tail = _log_tail(log_path)
+        raise ToolError(f"{problem} The server was stopped. End of {log_name}:\n{tail}")
+    try:
+        webapp = _register_web_app(ctx, port, command)
+    except ToolError:
+        kill_group(process.pid)
+        process.wait()
+        raise
+    url = webapp.get("url") if isinstance(webapp, dict) else None
+    return ToolResult(
+        f"The web app is running on port {port} and the user sees a preview of it in the "
+        f"session page. Its address: {url or '(not given)'}\n"
+        f"It keeps running after this turn (process group {process.pid}; output in {log_name}). "
+        f"To restart it: `kill -- -{process.pid}`, then call start_web_app again."
+    )
+
+
 def _schema(required, **properties):
     return {"type": "object", "properties": properties, "required": required}
 
@@ -451,6 +641,20 @@ TOOLS = {
         "end with /.",
         "schema": _schema([], path=_PATH),
         "function": list_files,
+    },
+    "start_web_app": {
+        "description": "Start a web server that the user can see and use (a preview in the "
+        "session page, and a link): `command` runs in the background in the working directory "
+        "and must serve HTTP on `port`, listening on 0.0.0.0 (not 127.0.0.1 or localhost, "
+        "which Quor cannot reach), e.g. `python3 -m http.server --bind 0.0.0.0 8000`. Waits "
+        f"up to {WEBAPP_START_TIMEOUT} seconds for the port, then returns the app's address. "
+        "The server keeps running after your turn; its output goes to .quor/webapp-<port>.log.",
+        "schema": _schema(
+            ["command", "port"],
+            command={**_STRING, "description": "Shell command (bash -lc) that starts the server."},
+            port={**_INTEGER, "description": "The port it listens on (1024-65535)."},
+        ),
+        "function": start_web_app,
     },
 }
 
@@ -850,10 +1054,10 @@ def relative(path, directory):
     return None if relpath == ".." or relpath.startswith("../") else relpath
 
 
-def run_turn(config, events, conversation, directory):
+def run_turn(config, events, conversation, directory, session_id=""):
     model = MODELS[config.model_kind](config)
     system = system_prompt(directory)
-    ctx = Context(directory, config)
+    ctx = Context(directory, config, session_id)
     usage = {"input_tokens": 0, "output_tokens": 0}
     steps = 0
     while True:
@@ -929,7 +1133,7 @@ def main(argv=None):
             conversation.save()
         message_path.unlink(missing_ok=True)
         if text.strip():
-            run_turn(config, events, conversation, directory)
+            run_turn(config, events, conversation, directory, args.session_id)
         return 0
     except ModelError as exc:
         return report(events, exc.code, scrub(exc.message, config.secrets))

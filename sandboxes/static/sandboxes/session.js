@@ -1,4 +1,4 @@
-// The session page: the live event stream over WebSocket, and the file browser.
+// The session page: the live event stream over WebSocket, the file browser, web apps.
 // Plain JavaScript; text from the agent is always inserted as text or escaped first.
 (function () {
   "use strict";
@@ -334,6 +334,62 @@
     first.buttons[0].focus({ preventScroll: true });
   };
 
+  // Web apps: servers the agent started. Each is previewed in a sandboxed iframe whose
+  // document stays an opaque origin; it loads Quor's /webapps/<label>/open, which hands
+  // the viewer off to the app's own origin. Built from event data as text and attributes.
+  const webappsBox = document.getElementById("webapps");
+  const webappList = document.getElementById("webapp-list");
+  const loadedSeq = Number(root.dataset.lastSeq) || 0; // web apps up to here are on the page
+  const PREVIEW_SANDBOX = "allow-scripts allow-forms allow-top-navigation-by-user-activation";
+
+  function openUrl(w) {
+    return typeof w.open_url === "string" && /^\/webapps\/[A-Za-z0-9_-]+\/open$/.test(w.open_url) ? w.open_url : null;
+  }
+
+  function showWebApp(w, seq) {
+    const url = w && typeof w.id === "string" ? openUrl(w) : null;
+    if (!url) return;
+    let item = [...webappList.children].find((li) => li.dataset.webappId === w.id);
+    const isNew = !item;
+    if (isNew) {
+      item = el("li", "webapp");
+      item.dataset.webappId = w.id;
+      const head = el("div", "webapp-head");
+      head.appendChild(el("strong", "webapp-port"));
+      head.appendChild(el("code", "webapp-command"));
+      const link = el("a", "webapp-open", "Open in a new tab");
+      link.href = url;
+      link.target = "_blank";
+      link.rel = "noopener noreferrer";
+      head.appendChild(link);
+      item.appendChild(head);
+      const frame = el("iframe", "webapp-preview");
+      frame.setAttribute("sandbox", PREVIEW_SANDBOX); // before it loads anything
+      frame.loading = "lazy";
+      frame.src = url;
+      item.appendChild(frame);
+      webappList.appendChild(item);
+    }
+    item.querySelector(".webapp-port").textContent = "Port " + w.port;
+    item.querySelector(".webapp-command").textContent = typeof w.command === "string" ? w.command : "";
+    const frame = item.querySelector("iframe");
+    frame.title = "Preview of the web app on port " + w.port;
+    // Started again after this page was loaded: show the new server.
+    if (!isNew && seq > loadedSeq) frame.src = url;
+    webappsBox.hidden = false;
+  }
+
+  // The sharing switch: a plain form (it works without this script); saved on change.
+  const sharingForm = document.getElementById("sharing-form");
+  if (sharingForm) {
+    const save = sharingForm.querySelector("button[type=submit]");
+    if (save) save.hidden = true;
+    sharingForm.addEventListener("change", () => {
+      if (sharingForm.requestSubmit) sharingForm.requestSubmit();
+      else sharingForm.submit();
+    });
+  }
+
   function render(event) {
     const p = event.payload || {};
     const nearBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 200;
@@ -382,6 +438,12 @@
       case "approval_requested":
       case "approval_decided":
         showApproval(p.approval);
+        break;
+      case "webapp_started":
+        if (p.webapp) {
+          eventsBox.appendChild(el("div", "note", "Web app started on port " + p.webapp.port));
+          showWebApp(p.webapp, event.seq);
+        }
         break;
       case "cancelled":
         eventsBox.appendChild(el("div", "note", "Cancelled"));
