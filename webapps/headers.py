@@ -4,8 +4,21 @@ The app is code an agent wrote: it must learn nothing of the viewer's credential
 of who Quor (or an identity proxy in front of it) says the viewer is, and it must not
 set cookies on its origin (the viewer cookie is Quor's)."""
 
+# Hop-by-hop (RFC 9110 7.6.1) and framing headers: each side sets its own.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+
 # Request headers never forwarded to the app.
-REQUEST_HEADERS = frozenset(
+REQUEST_HEADERS = HOP_BY_HOP | frozenset(
     {
         # credentials, including Quor's own hand-off cookie (all cookies go)
         "cookie",
@@ -29,14 +42,7 @@ REQUEST_HEADERS = frozenset(
         "x-email",
         "x-quor-user",
         "x-quor-session",
-        # hop-by-hop (RFC 9110 7.6.1) and framing, which the proxy sets itself
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
+        # the proxy names the upstream itself
         "host",
     }
 )
@@ -53,19 +59,7 @@ REQUEST_PREFIXES = (
 )
 
 # Response headers never passed to the viewer.
-RESPONSE_HEADERS = frozenset(
-    {
-        "set-cookie",
-        "set-cookie2",
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
+RESPONSE_HEADERS = HOP_BY_HOP | frozenset({"set-cookie", "set-cookie2"})
 
 # Added to every response: even opened directly, the app's documents get an opaque
 # origin (no cookies, no storage of the app's host, no same-origin access).
