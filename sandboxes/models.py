@@ -100,6 +100,7 @@ class Session(models.Model):
         "quor.ModelProvider", on_delete=models.PROTECT, related_name="sessions"
     )
     model_name = models.CharField(max_length=200)
+
     class Sharing(models.TextChoices):
         PRIVATE = "private", "Private (only me)"
         ORGANIZATION = "organization", "My organization"

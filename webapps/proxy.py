@@ -7,6 +7,7 @@ The viewer's credentials and identity never reach the app (`webapps.headers`).""
 
 import asyncio
 import html
+import time
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qs, quote
 
@@ -16,6 +17,11 @@ from channels.db import database_sync_to_async
 from webapps import headers as header_rules
 from webapps import services
 
+# How long a viewer's access check (and the app's address) is reused: each check costs
+# a few milliseconds of database work, and a page loads dozens of files. Revoked access
+# (sharing switched off, membership removed, sandbox stopped) takes effect within it.
+ACCESS_CACHE_SECONDS = 5.0
+ACCESS_CACHE_ENTRIES = 10_000
 # Request headers aiohttp's WebSocket client makes itself.
 WEBSOCKET_HANDSHAKE = ("sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions")
 CONNECT_TIMEOUT = 10
@@ -64,6 +70,21 @@ def _webapp_for(user_id, label):
 class WebAppProxy:
     def __init__(self):
         self._client = None
+        self._access: dict[tuple[int, str], tuple[float, tuple]] = {}
+
+    async def access(self, user_id, label):
+        """(web app, upstream address) if the viewer may open it, else (None, None)."""
+        if not user_id:
+            return None, None
+        now = time.monotonic()
+        cached = self._access.get((user_id, label))
+        if cached and cached[0] > now:
+            return cached[1]
+        found = await _webapp_for(user_id, label)
+        if len(self._access) >= ACCESS_CACHE_ENTRIES:
+            self._access = {k: v for k, v in self._access.items() if v[0] > now}
+        self._access[(user_id, label)] = (now + ACCESS_CACHE_SECONDS, found)
+        return found
 
     def client(self) -> aiohttp.ClientSession:
         """One connection pool per process (created inside the running event loop)."""
@@ -87,11 +108,15 @@ class WebAppProxy:
     async def http(self, scope, receive, send, label):
         if scope["path"] == services.HANDOFF_PATH:
             return await self.handoff(scope, send, label)
+        if _header(scope, b"sec-fetch-dest") == "document":
+            # A top-level page of the app: show it framed by Quor's viewer instead.
+            location = services.viewer_url(label, _target(scope))
+            return await self.page(send, 302, "Opening the app in Quor.", location)
         user_id = _viewer_id(scope, label)
         if user_id is None:
             location = services.login_url(label, _target(scope))
             return await self.page(send, 302, "Log in to Quor to open this app.", location)
-        webapp, address = await _webapp_for(user_id, label)
+        webapp, address = await self.access(user_id, label)
         if webapp is None:
             return await self.page(send, 404, "There is no such app, or it is not shared with you.")
         if address is None:
@@ -108,7 +133,7 @@ class WebAppProxy:
             return await self.page(send, 404, "There is no such app, or it is not shared with you.")
         cookie = f"{services.VIEWER_COOKIE}={services.viewer_cookie(user_id, label)}; "
         cookie += services.viewer_cookie_attributes()
-        next_path = services._safe_next(query.get("next", ["/"])[0])
+        next_path = services.safe_next(query.get("next", ["/"])[0])
         await send(
             {
                 "type": "http.response.start",
@@ -118,6 +143,7 @@ class WebAppProxy:
                     (b"set-cookie", cookie.encode()),
                     (b"cache-control", b"no-store"),
                     (b"content-length", b"0"),
+                    (b"content-security-policy", header_rules.SANDBOX_CSP.encode()),
                 ],
             }
         )
@@ -198,7 +224,7 @@ class WebAppProxy:
     async def websocket(self, scope, receive, send, label):
         await receive()  # websocket.connect
         user_id = _viewer_id(scope, label)
-        webapp, address = await _webapp_for(user_id, label) if user_id else (None, None)
+        webapp, address = await self.access(user_id, label)
         if webapp is None or address is None or not self._origin_allowed(scope, label):
             await send({"type": "websocket.close", "code": 4403})
             return

@@ -85,6 +85,7 @@ def webapp_payload(webapp: WebApp) -> dict:
         "status": webapp.status,
         "url": app_origin().origin(webapp.label) + "/",
         "open_url": f"/webapps/{webapp.label}/open",
+        "view_url": f"/webapps/{webapp.label}/",
     }
 
 
@@ -140,7 +141,7 @@ def session_set_sharing(*, user, session: Session, sharing: str) -> Session:
 # --- hand-off across origins --------------------------------------------------------------
 
 
-def _safe_next(path: str) -> str:
+def safe_next(path: str) -> str:
     """Only a path on the app's own origin (no scheme, no host, no `//`)."""
     if not path.startswith("/") or path.startswith("//") or "\\" in path:
         return "/"
@@ -151,7 +152,7 @@ def handoff_url(user, webapp: WebApp, next_path: str = "/") -> str:
     """Where Quor's origin sends a viewer: the app's origin, with a token good for a
     minute that only this app accepts."""
     token = signing.dumps({"u": user.pk, "w": webapp.label}, salt=HANDOFF_SALT)
-    query = urlencode({"token": token, "next": _safe_next(next_path)})
+    query = urlencode({"token": token, "next": safe_next(next_path)})
     return f"{app_origin().origin(webapp.label)}{HANDOFF_PATH}?{query}"
 
 
@@ -170,8 +171,14 @@ def viewer_cookie(user_id: int, label: str) -> str:
 
 def login_url(label: str, next_path: str) -> str:
     """Quor's page that logs the viewer in (if needed) and hands them off to the app."""
-    query = urlencode({"next": _safe_next(next_path)})
+    query = urlencode({"next": safe_next(next_path)})
     return f"{settings.QUOR_PUBLIC_URL.rstrip('/')}/webapps/{label}/open?{query}"
+
+
+def viewer_url(label: str, next_path: str) -> str:
+    """Quor's full-window page that frames the app (how a tab shows it)."""
+    query = urlencode({"next": safe_next(next_path)})
+    return f"{settings.QUOR_PUBLIC_URL.rstrip('/')}/webapps/{label}/?{query}"
 
 
 def viewer_cookie_attributes() -> str:
@@ -182,7 +189,9 @@ def viewer_cookie_attributes() -> str:
     origin = app_origin()
     base = f"Path=/; HttpOnly; Max-Age={settings.QUOR_WEBAPP_COOKIE_SECONDS}"
     if origin.scheme == "https" or origin.base_host == "localhost":
-        return f"{base}; SameSite=None; Secure"
+        # Partitioned (CHIPS): browsers that block third-party cookies keep it for the
+        # preview inside Quor's page, and only there.
+        return f"{base}; SameSite=None; Secure; Partitioned"
     return f"{base}; SameSite=Lax"
 
 

@@ -1,17 +1,40 @@
+from urllib.parse import urlencode
+
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
+from django.views.decorators.clickjacking import xframe_options_deny
 
 from quor.lib.errors import NotFound
 from webapps import services
+
+
+def _webapp_or_404(user, label):
+    try:
+        return services.get_webapp_for_viewer(user, label)
+    except NotFound:
+        raise Http404("No such web app.") from None
+
+
+@login_required
+@xframe_options_deny
+def view_webapp(request, label):
+    """A tab showing the app: a full-window frame with the preview's sandbox. The app
+    runs with an opaque origin either way; framed by Quor, its own requests carry the
+    viewer cookie (partitioned under Quor's site) even where third-party cookies are
+    blocked, which a top-level opaque document's requests would not."""
+    webapp = _webapp_or_404(request.user, label)
+    next_path = services.safe_next(request.GET.get("next", "/"))
+    return render(
+        request,
+        "webapps/viewer.html",
+        {"webapp": webapp, "frame_url": f"/webapps/{label}/open?{urlencode({'next': next_path})}"},
+    )
 
 
 @login_required
 def open_webapp(request, label):
     """On Quor's origin: checks the viewer may see the app, then hands them off to the
     app's own origin (404 for anyone else, without saying whether it exists)."""
-    try:
-        webapp = services.get_webapp_for_viewer(request.user, label)
-    except NotFound:
-        raise Http404("No such web app.") from None
+    webapp = _webapp_or_404(request.user, label)
     return redirect(services.handoff_url(request.user, webapp, request.GET.get("next", "/")))

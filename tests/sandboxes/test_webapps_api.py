@@ -63,6 +63,7 @@ def test_the_runtime_registers_a_web_app_and_tells_the_viewers(runtime, session)
         "status": "running",
         "url": body["url"],
         "open_url": f"/webapps/{webapp.label}/open",
+        "view_url": f"/webapps/{webapp.label}/",
     }
     assert body["url"].startswith("http") and f"//{webapp.label}." in body["url"]
     assert webapp.session == session

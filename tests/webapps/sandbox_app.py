@@ -1,5 +1,10 @@
 """The test web app, run INSIDE a sandbox (standard library only): it echoes the
-headers it receives, sets cookies, streams, serves ranges, and echoes WebSocket text."""
+headers it receives, sets cookies, streams, serves ranges, and echoes WebSocket text.
+Its home page (`/`) is a script that probes what the app can reach in a viewer's
+browser and shows the results as JSON in `#probe` (`data-done="true"` when finished).
+
+    python3 sandbox_app.py PORT [QUOR_URL]   (QUOR_URL: whose API the probe tries to read)
+"""
 
 import base64
 import hashlib
@@ -8,6 +13,45 @@ import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 BLOB = bytes(range(256)) * 4096  # 1 MiB, for ranges
+QUOR_URL = sys.argv[2] if len(sys.argv) > 2 else ""
+
+# What a script of the app sees: its origin, the viewer's cookies and storage, its
+# parent's document, and Quor's API with the viewer's credentials.
+PROBE_PAGE = """<!doctype html>
+<meta charset=utf-8>
+<title>Test app</title>
+<h1>Test app</h1>
+<pre id=probe data-done=false></pre>
+<script src="/probe.js"></script>
+<script>
+(async () => {
+  const quor = %s;
+  const result = {origin: self.origin, location: location.href, framed: self !== top};
+  // A sub-resource of the app: the proxy forwards it only if the viewer cookie came.
+  result.subresource = self.subresourceLoaded === true;
+  const attempt = (name, fn) => {
+    try { result[name] = {value: fn()}; }
+    catch (e) { result[name] = {error: `${e.name}: ${e.message}`}; }
+  };
+  attempt("cookie", () => document.cookie);
+  attempt("localStorage", () => { localStorage.setItem("probe", "1"); return "writable"; });
+  if (result.framed) attempt("parent", () => parent.document.title);
+  const read = async (options) => {
+    try {
+      const response = await fetch(`${quor}/api/v1/sessions/`, options);
+      return {status: response.status, type: response.type, body: await response.text()};
+    } catch (e) { return {error: `${e.name}: ${e.message}`}; }
+  };
+  if (quor) {
+    result.fetch = await read({credentials: "include"});
+    result.fetchNoCors = await read({credentials: "include", mode: "no-cors"});
+  }
+  const out = document.getElementById("probe");
+  out.textContent = JSON.stringify(result);
+  out.dataset.done = "true";
+})();
+</script>
+"""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -49,6 +93,11 @@ class Handler(BaseHTTPRequestHandler):
                     [("Content-Range", f"bytes {start}-{end}/{len(BLOB)}"), ("Accept-Ranges", "bytes")],
                 )  # fmt: skip
             return self._send(200, BLOB, "application/octet-stream")
+        if self.path == "/":
+            page = PROBE_PAGE % json.dumps(QUOR_URL)
+            return self._send(200, page.encode(), "text/html; charset=utf-8")
+        if self.path == "/probe.js":
+            return self._send(200, b"self.subresourceLoaded = true;", "text/javascript")
         if self.path == "/events":
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")

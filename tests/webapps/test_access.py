@@ -91,7 +91,7 @@ def test_a_handoff_is_good_for_one_app_and_one_minute(webapp, owner, monkeypatch
     ],
 )
 def test_the_handoff_only_returns_to_a_path_on_the_apps_own_origin(requested, kept):
-    assert services._safe_next(requested) == kept
+    assert services.safe_next(requested) == kept
 
 
 def test_the_viewer_cookie_is_signed_for_one_app():

@@ -3,9 +3,7 @@ sandbox user), Quor's real web process (daphne) serves it on the app's own host,
 the viewer is a plain HTTP client carrying everything a browser might."""
 
 import hashlib
-import http.client
 import json
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -14,13 +12,12 @@ from django.test import Client
 from sandboxes import services
 from sandboxes.models import Session
 from tests import factories
+from tests.webapps.conftest import app_host, cookie_for, fetch
 from webapps import headers as header_rules
 from webapps import services as webapps
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
-APP_PORT = 8080
-APP_SOURCE = (Path(__file__).parent / "sandbox_app.py").read_text()
 HOSTILE_HEADERS = {
     "Cookie": "sessionid=quor-session; csrftoken=quor-csrf; quor_webapp=handoff",
     "Authorization": "Bearer viewer-token",
@@ -38,48 +35,6 @@ HOSTILE_HEADERS = {
     "X-Auth-Request-Email": "ceo@acme.test",
     "Remote-User": "ceo",
 }
-
-
-@pytest.fixture
-def webapp(owner, running_sandbox, quor_web):
-    session = factories.make_session(owner, sandbox=running_sandbox)
-    services.sandbox_exec(
-        user=owner,
-        argv=[
-            "sh", "-c",
-            'setsid python3 -c "$1" "$2" > /tmp/app.log 2>&1 < /dev/null & '
-            'for i in $(seq 50); do python3 -c "import socket; socket.create_connection((\'127.0.0.1\', $2))" 2>/dev/null && exit 0; sleep 0.1; done; exit 1',
-            "sh", APP_SOURCE, str(APP_PORT),
-        ],
-    )  # fmt: skip
-    return webapps.webapp_register(session=session, port=APP_PORT, command="python3 app.py")
-
-
-def app_host(webapp) -> str:
-    return urlsplit(webapps.app_origin().origin(webapp.label)).netloc
-
-
-def fetch(webapp, path="/", *, method="GET", headers=None, body=None):
-    connection = http.client.HTTPConnection("127.0.0.1", 18000, timeout=30)
-    connection.request(
-        method, path, body=body, headers={"Host": app_host(webapp), **(headers or {})}
-    )
-    return connection.getresponse()
-
-
-def cookie_for(user, webapp) -> str:
-    """What the hand-off leaves in the viewer's browser, obtained the way a browser does."""
-    browser = Client()
-    browser.force_login(user)
-    handoff = browser.get(f"/webapps/{webapp.label}/open")
-    assert handoff.status_code == 302, handoff.status_code
-    target = urlsplit(handoff["Location"])
-    assert target.netloc == app_host(webapp)
-    response = fetch(webapp, f"{target.path}?{target.query}")
-    assert response.status == 302
-    set_cookie = response.getheader("Set-Cookie")
-    assert "HttpOnly" in set_cookie and "Domain" not in set_cookie
-    return set_cookie.split(";")[0]
 
 
 def test_no_viewer_credential_or_identity_reaches_the_app_and_no_cookie_comes_back(webapp, owner):

@@ -358,7 +358,7 @@
       head.appendChild(el("strong", "webapp-port"));
       head.appendChild(el("code", "webapp-command"));
       const link = el("a", "webapp-open", "Open in a new tab");
-      link.href = url;
+      link.href = url.replace(/open$/, ""); // Quor's full-window viewer of the app
       link.target = "_blank";
       link.rel = "noopener noreferrer";
       head.appendChild(link);
