@@ -6,28 +6,31 @@
 
 Starts a real sandbox running a small app server (stdlib ThreadingHTTPServer, as the
 sandbox user, `APP_SOURCE` below: `/small` answers 3 bytes, `/big?size=N` streams N
-bytes), registers it as a session's web app, starts Quor's web process (daphne, with the
-web app proxy, `quor.asgi:application`) and gets a viewer cookie through the real
-hand-off. Then, from this host:
+bytes), registers it as a session's web app, starts the web app proxy's own process
+(`manage.py run_webapp_proxy`: uvicorn, `webapps.proxy`) and gets a viewer cookie
+through the real hand-off on the app's host. Quor's web process (daphne) is not
+needed and not started. Then, from this host:
 
 (a) Throughput of small responses: a stdlib load generator (its own process, one thread
     and one keep-alive connection per client) asks for `/small` straight from the app
-    server (the sandbox's bridge address and port) and then through Quor's proxy (the
-    app's host on daphne, with the viewer cookie), at each concurrency, in the same run.
+    server (the sandbox's bridge address and port) and then through the proxy (the
+    app's host on run_webapp_proxy, with the viewer cookie), at each concurrency, in the
+    same run.
     Target: proxied / direct >= 0.5.
 (b) Memory: one client asks through the proxy for a `--stream-mb` response and reads it
     slowly (`--read-kib` at a time, pausing `--read-pause-ms` between reads) while this
-    script samples daphne's RSS (/proc/PID/status) every 50 ms. Target: peak growth
+    script samples the proxy process's RSS (/proc/PID/status) every 50 ms. Target: peak growth
     over the RSS before the stream < 50 MB.
 
-`--profile` runs daphne under cProfile (its main thread, the event loop) and prints the
+`--profile` runs the proxy under cProfile (its main thread, the event loop) and prints the
 top functions by own time after the run. Prints PASS/MISS per target.
 
 Own environment, so it never meets the test suite or other benches: database
 quor_bench_webapps (created and migrated if missing, left in place), Redis db 6,
-deployment "benchwebapps", subnet 10.236.0.0/24, daphne on 127.0.0.1:30000, app hosts
-`<label>.localhost:30000`, scratch directory /tmp/quor-bench-webapps (daphne's log is
-there). Removes daphne, the sandbox and the Docker network it made.
+deployment "benchwebapps", subnet 10.236.0.0/24, the proxy on 127.0.0.1:30001, app
+hosts `<label>.localhost:30001` (Quor's URLs name 127.0.0.1:30000, where nothing
+listens: only redirects mention them), scratch directory /tmp/quor-bench-webapps (the
+proxy's log is there). Removes the proxy, the sandbox and the Docker network it made.
 """
 
 import argparse
@@ -51,7 +54,8 @@ DATABASE = "quor_bench_webapps"
 DEPLOYMENT = "benchwebapps"
 REDIS_URL = "redis://127.0.0.1:6379/6"
 SUBNET = "10.236.0.0/24"  # 10.231-10.235 belong to other deployments and benches here
-WEB_PORT = 30000
+WEB_PORT = 30000  # Quor's URLs; nothing is started there
+PROXY_PORT = 30001  # manage.py run_webapp_proxy
 APP_PORT = 8080  # inside the sandbox
 BENCH_EMAIL = "webapps-bench@bench.test"
 ORG_SLUG = "webapps-bench"
@@ -69,7 +73,8 @@ os.environ.update(
         "QUOR_EGRESS_CA_DIR": str(WORK / "egress-ca"),
         "QUOR_SANDBOX_API_URL": f"http://127.0.0.1:{WEB_PORT}",
         "QUOR_PUBLIC_URL": f"http://127.0.0.1:{WEB_PORT}",
-        "QUOR_WEBAPP_BASE_URL": f"http://localhost:{WEB_PORT}",
+        "QUOR_WEBAPP_BASE_URL": f"http://localhost:{PROXY_PORT}",
+        "QUOR_WEBAPP_PROXY_BIND": f"127.0.0.1:{PROXY_PORT}",
     }
 )
 
@@ -252,15 +257,18 @@ def process_group_alive(pgid: int) -> bool:
         return False
 
 
-class Daphne:
-    """Quor's web process in its own process group."""
+class ProxyProcess:
+    """The web app proxy (`manage.py run_webapp_proxy`) in its own process group."""
 
     def __init__(self, *, profile: Path | None):
-        self.log = WORK / "daphne.log"
+        self.log = WORK / "webapp-proxy.log"
+        # uvicorn re-raises the signal that stopped it once it has shut down: SIGINT
+        # (KeyboardInterrupt) lets cProfile write its file, SIGTERM would not.
+        self.stop_signal = signal.SIGINT if profile else signal.SIGTERM
         argv = [sys.executable]
         if profile:
             argv += ["-m", "cProfile", "-o", str(profile)]
-        argv += ["-m", "daphne", "-b", "127.0.0.1", "-p", str(WEB_PORT), "quor.asgi:application"]
+        argv += ["manage.py", "run_webapp_proxy"]
         with open(self.log, "wb") as output:
             self.process = subprocess.Popen(  # noqa: S603
                 argv,
@@ -273,9 +281,9 @@ class Daphne:
 
     def wait_listening(self, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
-        while not port_open("127.0.0.1", WEB_PORT):
+        while not port_open("127.0.0.1", PROXY_PORT):
             if self.process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"daphne did not start: see {self.log}")
+                raise SystemExit(f"the web app proxy did not start: see {self.log}")
             time.sleep(0.1)
 
     def rss(self) -> int:
@@ -293,7 +301,7 @@ class Daphne:
     def stop(self) -> None:
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
+                os.killpg(self.process.pid, self.stop_signal)
             try:
                 self.process.wait(timeout=15)
             except subprocess.TimeoutExpired:
@@ -418,7 +426,7 @@ def viewer_cookie(user, webapp) -> str:
     from webapps import services as webapps
 
     target = urlsplit(webapps.handoff_url(user, webapp))
-    with socket.create_connection(("127.0.0.1", WEB_PORT), timeout=10) as sock:
+    with socket.create_connection(("127.0.0.1", PROXY_PORT), timeout=10) as sock:
         sock.sendall(
             f"GET {target.path}?{target.query} HTTP/1.1\r\nHost: {target.netloc}\r\n"
             "Connection: close\r\n\r\n".encode()
@@ -460,7 +468,7 @@ def run_generator(cfg: dict) -> dict:
     return json.loads(result.stdout.decode().strip().splitlines()[-1])
 
 
-def measure_throughput(args, levels, daphne, sandbox, app_host, cookie) -> list[dict]:
+def measure_throughput(args, levels, proxy, sandbox, app_host, cookie) -> list[dict]:
     targets = {
         "direct": {
             "connect": [sandbox.network_address, APP_PORT],
@@ -468,7 +476,7 @@ def measure_throughput(args, levels, daphne, sandbox, app_host, cookie) -> list[
             "headers": [],
         },
         "proxied": {
-            "connect": ["127.0.0.1", WEB_PORT],
+            "connect": ["127.0.0.1", PROXY_PORT],
             "host": app_host,
             "headers": [["Cookie", cookie]],
         },
@@ -483,7 +491,7 @@ def measure_throughput(args, levels, daphne, sandbox, app_host, cookie) -> list[
                 "warmup": args.warmup,
                 "seconds": args.seconds,
             }
-            daphne_cpu = daphne.cpu()
+            proxy_cpu = proxy.cpu()
             app_cpu = container_cpu(sandbox.runtime_id)
             postgres_cpu = processes_cpu("postgres")
             host_before = host_cpu_times()
@@ -496,7 +504,7 @@ def measure_throughput(args, levels, daphne, sandbox, app_host, cookie) -> list[
                 mode=mode,
                 concurrency=concurrency,
                 rate=result["count"] / result["seconds"],
-                daphne_cpu=(daphne.cpu() - daphne_cpu) / max(result["total"], 1),
+                proxy_cpu=(proxy.cpu() - proxy_cpu) / max(result["total"], 1),
                 app_cpu=None if app_cpu is None else (app_after - app_cpu) / wall,
                 postgres_cpu=(processes_cpu("postgres") - postgres_cpu) / wall,
                 host_busy=(host_after[0] - host_before[0]) / max(host_after[1] - host_before[1], 1),
@@ -512,8 +520,8 @@ def measure_throughput(args, levels, daphne, sandbox, app_host, cookie) -> list[
     return rows
 
 
-def measure_stream(args, daphne, app_host, cookie) -> dict:
-    """One slow client reads a large response through the proxy; daphne's RSS sampled."""
+def measure_stream(args, proxy, app_host, cookie) -> dict:
+    """One slow client reads a large response through the proxy; its RSS sampled."""
     size = args.stream_mb * 1_000_000
     samples = []
     done = threading.Event()
@@ -523,7 +531,7 @@ def measure_stream(args, daphne, app_host, cookie) -> dict:
         began = time.monotonic()
         received = 0
         try:
-            sock = socket.create_connection(("127.0.0.1", WEB_PORT), timeout=60)
+            sock = socket.create_connection(("127.0.0.1", PROXY_PORT), timeout=60)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 * 1024)
             sock.sendall(
                 f"GET /big?size={size} HTTP/1.1\r\nHost: {app_host}\r\nCookie: {cookie}\r\n"
@@ -550,14 +558,14 @@ def measure_stream(args, daphne, app_host, cookie) -> dict:
         done.set()
 
     time.sleep(1)
-    before = daphne.rss()
+    before = proxy.rss()
     thread = threading.Thread(target=client, daemon=True)
     thread.start()
     while not done.is_set():
-        samples.append((time.monotonic(), daphne.rss()))
+        samples.append((time.monotonic(), proxy.rss()))
         done.wait(0.05)
     time.sleep(2)
-    after = daphne.rss()
+    after = proxy.rss()
     peak = max(rss for _, rss in samples)
     return {
         **outcome,
@@ -582,23 +590,23 @@ def report(rows, levels, stream, load_before, began) -> dict:
     print(
         "Load generator: stdlib Python on this host, its own process, one thread and one "
         "keep-alive connection per client, GET of a 3-byte body. 'direct': to the app server "
-        "on the sandbox's bridge address; 'proxied': to the app's host on Quor's daphne with "
-        "the viewer cookie. daphne CPU: its CPU time during the run (warm-up included) / "
+        "on the sandbox's bridge address; 'proxied': to the app's host on run_webapp_proxy "
+        "with the viewer cookie. proxy CPU: its CPU time during the run (warm-up included) / "
         "requests; app CPU, PostgreSQL CPU (all its processes): share of one core; host busy: "
         f"all {os.cpu_count()} cores."
     )
     print()
     print(
-        "| mode | clients | req/s | median ms | p99 ms | errors | daphne CPU µs/req "
+        "| mode | clients | req/s | median ms | p99 ms | errors | proxy CPU µs/req "
         "| app CPU | PostgreSQL CPU | client CPU | host busy |"
     )
     print("|" + " --- |" * 11)
     for row in rows:
-        daphne_cpu = "—" if row["mode"] == "direct" else f"{row['daphne_cpu'] * 1e6:.0f}"
+        proxy_cpu = "—" if row["mode"] == "direct" else f"{row['proxy_cpu'] * 1e6:.0f}"
         app_cpu = "—" if row["app_cpu"] is None else f"{row['app_cpu'] * 100:.0f}%"
         print(
             f"| {row['mode']} | {row['concurrency']} | {row['rate']:.0f} | {ms(row['median'])} "
-            f"| {ms(row['p99'])} | {row['errors']} | {daphne_cpu} | {app_cpu} "
+            f"| {ms(row['p99'])} | {row['errors']} | {proxy_cpu} | {app_cpu} "
             f"| {row['postgres_cpu'] * 100:.0f}% | {row['client_cpu'] * 100:.0f}% "
             f"| {row['host_busy'] * 100:.0f}% |"
         )
@@ -631,7 +639,7 @@ def report(rows, levels, stream, load_before, began) -> dict:
             + (f", error {stream['error']}" if "error" in stream else "")
         )
         print(
-            f"    daphne RSS before {mb(stream['before'])}, peak {mb(stream['peak'])} "
+            f"    proxy RSS before {mb(stream['before'])}, peak {mb(stream['peak'])} "
             f"(growth {mb(growth)}), 2 s after {mb(stream['after'])}; "
             f"{stream['samples']} samples: {'PASS' if ok and growth < 50e6 else 'MISS'} "
             "(target growth < 50 MB)"
@@ -653,7 +661,7 @@ def print_profile(path: Path, limit: int = 30) -> None:
         print(f"no profile written at {path}")
         return
     print()
-    print(f"daphne's main thread (cProfile, {path}), top {limit} by own time:")
+    print(f"the proxy's main thread (cProfile, {path}), top {limit} by own time:")
     stats = pstats.Stats(str(path))
     stats.sort_stats("tottime").print_stats(limit)
     stats.sort_stats("cumulative").print_stats(limit)
@@ -667,7 +675,7 @@ def main() -> None:
     parser.add_argument("--stream-mb", type=int, default=200, help="0: skip the memory part")
     parser.add_argument("--read-kib", type=int, default=64, help="slow reader: bytes per read")
     parser.add_argument("--read-pause-ms", type=float, default=4, help="slow reader: pause")
-    parser.add_argument("--profile", action="store_true", help="daphne under cProfile")
+    parser.add_argument("--profile", action="store_true", help="the proxy under cProfile")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     # SIGTERM (and SIGINT even when a shell started us in the background, ignoring it)
@@ -681,8 +689,8 @@ def main() -> None:
         f"{load_before[2]:.2f}",
         flush=True,
     )
-    if not port_free(WEB_PORT):
-        raise SystemExit(f"port {WEB_PORT} is in use here: another run?")
+    if not port_free(PROXY_PORT):
+        raise SystemExit(f"port {PROXY_PORT} is in use here: another run?")
 
     WORK.mkdir(parents=True, exist_ok=True)
     ensure_database()
@@ -698,10 +706,10 @@ def main() -> None:
     from sandboxes import services
     from webapps import services as webapps
 
-    profile = WORK / "daphne.prof" if args.profile else None
+    profile = WORK / "webapp-proxy.prof" if args.profile else None
     if profile and profile.exists():
         profile.unlink()
-    daphne = sandbox = None
+    proxy = sandbox = None
     cleanup = []
     stream = None
     try:
@@ -710,25 +718,28 @@ def main() -> None:
         start_app(user)
         webapp = webapps.webapp_register(session=session, port=APP_PORT, command="bench app")
         connections.close_all()
-        daphne = Daphne(profile=profile)
-        daphne.wait_listening()
+        proxy = ProxyProcess(profile=profile)
+        proxy.wait_listening()
         app_host = urlsplit(webapps.app_origin().origin(webapp.label)).netloc
         cookie = viewer_cookie(user, webapp)
-        print(f"daphne (pid {daphne.process.pid}) serves the app at http://{app_host}/", flush=True)
+        print(
+            f"run_webapp_proxy (pid {proxy.process.pid}) serves the app at http://{app_host}/",
+            flush=True,
+        )
 
         print("(a) throughput, /small (3 bytes):", flush=True)
-        rows = measure_throughput(args, levels, daphne, sandbox, app_host, cookie)
+        rows = measure_throughput(args, levels, proxy, sandbox, app_host, cookie)
         if args.stream_mb:
             print(
                 f"(b) streaming {args.stream_mb} MB to a reader of {args.read_kib} KiB every "
                 f"{args.read_pause_ms} ms:",
                 flush=True,
             )
-            stream = measure_stream(args, daphne, app_host, cookie)
+            stream = measure_stream(args, proxy, app_host, cookie)
     finally:
-        if daphne is not None:
-            daphne.stop()
-            cleanup.append("daphne stopped")
+        if proxy is not None:
+            proxy.stop()
+            cleanup.append("proxy stopped")
         if sandbox is not None:
             try:
                 services.sandbox_destroy(sandbox=sandbox)

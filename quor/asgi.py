@@ -10,18 +10,14 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from quor.routing import websocket_urlpatterns  # noqa: E402
-from webapps.proxy import WebAppProxy, route_by_host  # noqa: E402
 
-# Web apps live on their own hosts (`<label>.<base host>`): those requests never reach
-# Django, whose cookies and views stay on Quor's origin.
-application = route_by_host(
-    WebAppProxy(),
-    ProtocolTypeRouter(
-        {
-            "http": django_asgi_app,
-            "websocket": AllowedHostsOriginValidator(
-                AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-            ),
-        }
-    ),
+# Quor only: web apps are served on their own hosts by their own process
+# (`manage.py run_webapp_proxy`), never by this one.
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        ),
+    }
 )

@@ -228,8 +228,12 @@ QUOR_EGRESS_IDLE_TIMEOUT = envint("QUOR_EGRESS_IDLE_TIMEOUT", 600)
 # Quor's own address as users' browsers reach it (links sent from other origins).
 QUOR_PUBLIC_URL = env("QUOR_PUBLIC_URL", "http://localhost:8000")
 # Where generated web apps are served: each app on its own host `<label>.<host of this
-# URL>` (never Quor's origin). Development: *.localhost, which browsers resolve to loopback.
-QUOR_WEBAPP_BASE_URL = env("QUOR_WEBAPP_BASE_URL", "http://localhost:8000")
+# URL>` (never Quor's origin), by `manage.py run_webapp_proxy`. Development: *.localhost,
+# which browsers resolve to loopback.
+QUOR_WEBAPP_BASE_URL = env("QUOR_WEBAPP_BASE_URL", "http://localhost:8001")
+# Address (host:port) `manage.py run_webapp_proxy` listens on; QUOR_WEBAPP_BASE_URL's
+# wildcard host (through a TLS-terminating proxy in production) leads there.
+QUOR_WEBAPP_PROXY_BIND = env("QUOR_WEBAPP_PROXY_BIND", "127.0.0.1:8001")
 # Seconds a viewer's web app cookie stays valid before a new hand-off from Quor.
 QUOR_WEBAPP_COOKIE_SECONDS = envint("QUOR_WEBAPP_COOKIE_SECONDS", 12 * 3600)
 # Seconds a request parked for the user's approval waits before it fails closed.

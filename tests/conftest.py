@@ -192,6 +192,23 @@ def quor_web(process_env):
     _stop(process)
 
 
+@pytest.fixture(scope="session")
+def webapp_proxy(process_env):
+    """The web app proxy's own process (`manage.py run_webapp_proxy`, uvicorn) on the
+    test database: web apps' hosts. Its address, (host, port)."""
+    import sys
+
+    from django.conf import settings
+
+    from tests.docker_helpers import wait_for_port
+
+    host, port = settings.QUOR_WEBAPP_PROXY_BIND.rsplit(":", 1)
+    process = _start([sys.executable, "manage.py", "run_webapp_proxy"], process_env, "webapp-proxy")
+    wait_for_port(host, int(port))
+    yield host, int(port)
+    _stop(process)
+
+
 class EgressProxyProcess:
     """The real egress proxy (`manage.py run_egress_proxy`) in its own process group,
     so that a test can crash it (acceptors included) and start it again."""

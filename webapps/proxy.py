@@ -20,6 +20,8 @@ from webapps import services
 # How long a viewer's access check (and the app's address) is reused: each check costs
 # a few milliseconds of database work, and a page loads dozens of files. Revoked access
 # (sharing switched off, membership removed, sandbox stopped) takes effect within it.
+# A verified viewer cookie (a signature check, about a fifth of a small request's CPU
+# time) is reused as long, keyed by the whole Cookie header.
 ACCESS_CACHE_SECONDS = 5.0
 ACCESS_CACHE_ENTRIES = 10_000
 # Request headers aiohttp's WebSocket client makes itself.
@@ -34,10 +36,10 @@ def _header(scope, name: bytes) -> str:
     return ""
 
 
-def _viewer_id(scope, label: str) -> int | None:
+def _viewer_id(cookie_header: str, label: str) -> int | None:
     cookies = SimpleCookie()
     try:
-        cookies.load(_header(scope, b"cookie"))
+        cookies.load(cookie_header)
     except Exception:
         return None
     morsel = cookies.get(services.VIEWER_COOKIE)
@@ -67,10 +69,33 @@ def _webapp_for(user_id, label):
     return webapp, services.upstream_address(webapp)
 
 
+def _remember(cache: dict, key, value, now: float) -> None:
+    """Caches `value` for ACCESS_CACHE_SECONDS; never more than ACCESS_CACHE_ENTRIES."""
+    if len(cache) >= ACCESS_CACHE_ENTRIES:
+        for old in [k for k, (expires, _) in cache.items() if expires <= now]:
+            del cache[old]
+        if len(cache) >= ACCESS_CACHE_ENTRIES:
+            cache.clear()
+    cache[key] = (now + ACCESS_CACHE_SECONDS, value)
+
+
 class WebAppProxy:
     def __init__(self):
         self._client = None
         self._access: dict[tuple[int, str], tuple[float, tuple]] = {}
+        self._viewers: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def viewer(self, scope, label) -> int | None:
+        """The viewer's user id from the app's cookie, or None."""
+        header = _header(scope, b"cookie")
+        now = time.monotonic()
+        cached = self._viewers.get((header, label))
+        if cached and cached[0] > now:
+            return cached[1]
+        user_id = _viewer_id(header, label)
+        if user_id is not None:  # only signed cookies: nobody else fills the cache
+            _remember(self._viewers, (header, label), user_id, now)
+        return user_id
 
     async def access(self, user_id, label):
         """(web app, upstream address) if the viewer may open it, else (None, None)."""
@@ -81,9 +106,7 @@ class WebAppProxy:
         if cached and cached[0] > now:
             return cached[1]
         found = await _webapp_for(user_id, label)
-        if len(self._access) >= ACCESS_CACHE_ENTRIES:
-            self._access = {k: v for k, v in self._access.items() if v[0] > now}
-        self._access[(user_id, label)] = (now + ACCESS_CACHE_SECONDS, found)
+        _remember(self._access, (user_id, label), found, now)
         return found
 
     def client(self) -> aiohttp.ClientSession:
@@ -96,8 +119,14 @@ class WebAppProxy:
             )
         return self._client
 
+    async def close(self):
+        if self._client is not None and not self._client.closed:
+            await self._client.close()
+
     async def __call__(self, scope, receive, send):
-        label = services.label_for_host(_header(scope, b"host"))
+        await self.serve(scope, receive, send, services.label_for_host(_header(scope, b"host")))
+
+    async def serve(self, scope, receive, send, label):
         if scope["type"] == "http":
             await self.http(scope, receive, send, label)
         elif scope["type"] == "websocket":
@@ -112,7 +141,7 @@ class WebAppProxy:
             # A top-level page of the app: show it framed by Quor's viewer instead.
             location = services.viewer_url(label, _target(scope))
             return await self.page(send, 302, "Opening the app in Quor.", location)
-        user_id = _viewer_id(scope, label)
+        user_id = self.viewer(scope, label)
         if user_id is None:
             location = services.login_url(label, _target(scope))
             return await self.page(send, 302, "Log in to Quor to open this app.", location)
@@ -159,8 +188,10 @@ class WebAppProxy:
             k.lower() in (b"content-length", b"transfer-encoding") for k, _ in scope["headers"]
         )
         started = False
+        body_read = not has_body  # then `receive()` is free to tell when the viewer goes
 
         async def body():
+            nonlocal body_read
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
@@ -168,6 +199,7 @@ class WebAppProxy:
                 if message.get("body"):
                     yield message["body"]
                 if not message.get("more_body"):
+                    body_read = True
                     return
 
         try:
@@ -192,9 +224,10 @@ class WebAppProxy:
                     }
                 )
                 started = True
-                async for chunk in response.content.iter_any():
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                await send({"type": "http.response.body", "body": b""})
+                if body_read and not response.content.is_eof():
+                    await _unless_viewer_leaves(_relay_body(response, send), receive)
+                else:  # the whole body is here already (or the app answered mid-upload)
+                    await _relay_body(response, send)
         except (TimeoutError, aiohttp.ClientError, ConnectionResetError):
             if started:  # cut mid-body: end it; the viewer sees a short response
                 await send({"type": "http.response.body", "body": b""})
@@ -223,7 +256,7 @@ class WebAppProxy:
 
     async def websocket(self, scope, receive, send, label):
         await receive()  # websocket.connect
-        user_id = _viewer_id(scope, label)
+        user_id = self.viewer(scope, label)
         webapp, address = await self.access(user_id, label)
         if webapp is None or address is None or not self._origin_allowed(scope, label):
             await send({"type": "websocket.close", "code": 4403})
@@ -284,17 +317,65 @@ class WebAppProxy:
         _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in pending:
             task.cancel()
+        # Retrieves what ended them: the viewer may be gone (the server's send() raises).
+        await asyncio.gather(*tasks, return_exceptions=True)
         await upstream.close()
 
 
-def route_by_host(webapp_app, quor_app):
-    """Requests to a web app's host go to the proxy, everything else to Quor."""
+async def _relay_body(response, send):
+    async for chunk in response.content.iter_any():
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
 
-    async def router(scope, receive, send):
-        if scope["type"] in ("http", "websocket") and services.label_for_host(
-            _header(scope, b"host")
-        ):
-            return await webapp_app(scope, receive, send)
-        return await quor_app(scope, receive, send)
 
-    return router
+async def _unless_viewer_leaves(relay, receive):
+    """Runs `relay` until it ends or the viewer disconnects, whichever is first: the
+    server's `send()` does not fail once the viewer has gone, and an endless response
+    (server-sent events) would otherwise keep the app's connection open for ever."""
+
+    async def viewer_gone():
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    relaying = asyncio.ensure_future(relay)
+    watching = asyncio.ensure_future(viewer_gone())
+    try:
+        await asyncio.wait((relaying, watching), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        relaying.cancel()
+        watching.cancel()
+    if relaying.done() and not relaying.cancelled():
+        relaying.result()  # the relay's own errors, if any
+
+
+def app_hosts_only(proxy: WebAppProxy):
+    """The web app proxy process's application (`manage.py run_webapp_proxy`): requests
+    to a web app's host go to the proxy; any other host gets a plain 404 (HTTP) or is
+    refused (WebSocket): this process serves nothing of Quor's. Lifespan: the upstream
+    connection pool closes on shutdown."""
+    body = b"Not found.\n"
+    not_found = [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+
+    async def application(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await proxy.close()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        label = services.label_for_host(_header(scope, b"host"))
+        if label:
+            return await proxy.serve(scope, receive, send, label)
+        if scope["type"] == "http":
+            await send({"type": "http.response.start", "status": 404, "headers": not_found})
+            await send({"type": "http.response.body", "body": body})
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 4404})
+
+    return application

@@ -2,6 +2,7 @@
 origin to the app's own origin (a short-lived signed hand-off, then a cookie scoped to
 that app's host only)."""
 
+import functools
 from dataclasses import dataclass
 from urllib.parse import urlencode, urlsplit
 
@@ -34,7 +35,12 @@ class AppOrigin:
 
 
 def app_origin() -> AppOrigin:
-    parts = urlsplit(settings.QUOR_WEBAPP_BASE_URL)
+    return _app_origin(settings.QUOR_WEBAPP_BASE_URL)
+
+
+@functools.lru_cache(maxsize=8)
+def _app_origin(base_url: str) -> AppOrigin:  # the proxy asks on every request
+    parts = urlsplit(base_url)
     return AppOrigin(parts.scheme or "http", (parts.hostname or "localhost").lower(), parts.port)
 
 

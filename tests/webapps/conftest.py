@@ -1,7 +1,8 @@
 """The web app tests' shared pieces: a test app running inside a real sandbox
 (`sandbox_app.py`, as the sandbox user) registered as the session's web app, and plain
-HTTP helpers that reach it through Quor's web process (daphne, `quor_web`) on the
-app's own host."""
+HTTP helpers that reach it through the web app proxy's own process (`webapp_proxy`,
+`manage.py run_webapp_proxy`) on the app's own host. Quor's web process (daphne,
+`quor_web`) keeps the hand-off and the viewer page."""
 
 import http.client
 from pathlib import Path
@@ -17,10 +18,13 @@ from webapps import services as webapps
 
 APP_PORT = 8080
 APP_SOURCE = (Path(__file__).parent / "sandbox_app.py").read_text()
+# Where `manage.py run_webapp_proxy` listens (the `webapp_proxy` fixture starts it).
+_host, _port = settings.QUOR_WEBAPP_PROXY_BIND.rsplit(":", 1)
+PROXY = (_host, int(_port))
 
 
 @pytest.fixture
-def webapp(owner, running_sandbox, quor_web):
+def webapp(owner, running_sandbox, quor_web, webapp_proxy):
     session = factories.make_session(owner, sandbox=running_sandbox)
     services.sandbox_exec(
         user=owner,
@@ -39,7 +43,7 @@ def app_host(webapp) -> str:
 
 
 def fetch(webapp, path="/", *, method="GET", headers=None, body=None):
-    connection = http.client.HTTPConnection("127.0.0.1", 18000, timeout=30)
+    connection = http.client.HTTPConnection(*PROXY, timeout=30)
     connection.request(
         method, path, body=body, headers={"Host": app_host(webapp), **(headers or {})}
     )

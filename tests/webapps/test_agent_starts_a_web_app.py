@@ -36,7 +36,14 @@ SCRIPT = [
 
 
 def test_an_agent_starts_a_web_app_that_the_owner_opens(
-    client_for, owner, org, egress_proxy, celery_worker, clean_runtimes, upstream_fakes
+    client_for,
+    owner,
+    org,
+    egress_proxy,
+    webapp_proxy,
+    celery_worker,
+    clean_runtimes,
+    upstream_fakes,
 ):
     provider = factories.make_provider(
         org, kind=ModelProvider.Kind.ANTHROPIC, base_url="https://model.test:18445",
@@ -62,11 +69,11 @@ def test_an_agent_starts_a_web_app_that_the_owner_opens(
     browser = Client()
     browser.force_login(owner)
     handoff = browser.get(started[0]["payload"]["webapp"]["open_url"])
-    host = f"{webapp.label}.localhost:18000"
-    connection = http.client.HTTPConnection("127.0.0.1", 18000, timeout=30)
+    host = f"{webapp.label}.localhost:{webapp_proxy[1]}"
+    connection = http.client.HTTPConnection(*webapp_proxy, timeout=30)
     connection.request("GET", handoff["Location"].split(host, 1)[1], headers={"Host": host})
     cookie = connection.getresponse().getheader("Set-Cookie").split(";")[0]
-    connection = http.client.HTTPConnection("127.0.0.1", 18000, timeout=30)
+    connection = http.client.HTTPConnection(*webapp_proxy, timeout=30)
     connection.request("GET", "/", headers={"Host": host, "Cookie": cookie})
     page = connection.getresponse()
     assert page.status == 200

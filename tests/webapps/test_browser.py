@@ -1,9 +1,9 @@
 """Web apps in a real browser: headless Chromium (Debian's, driven by Playwright), logged
 in to Quor through its login form, opens a web app served from a real sandbox through
-Quor's web process, in the session page's preview iframe and directly in a tab. The
-test app's home page is a script that reports what it can reach (`sandbox_app.py`,
-`PROBE_PAGE`): its origin, cookies, storage, Quor's page around it, Quor's API, and
-whether its own script (a sub-resource) loaded."""
+the web app proxy's own process, in the session page's preview iframe and directly in
+a tab. The test app's home page is a script that reports what it can reach
+(`sandbox_app.py`, `PROBE_PAGE`): its origin, cookies, storage, Quor's page around it,
+Quor's API, and whether its own script (a sub-resource) loaded."""
 
 import json
 from urllib.parse import urlsplit

@@ -1,6 +1,7 @@
 """Web apps through Quor's web app proxy: a test app runs inside a real sandbox (as the
-sandbox user), Quor's real web process (daphne) serves it on the app's own host, and
-the viewer is a plain HTTP client carrying everything a browser might."""
+sandbox user), the real web app proxy process (`manage.py run_webapp_proxy`) serves it
+on the app's own host, and the viewer is a plain HTTP client carrying everything a
+browser might."""
 
 import hashlib
 import json
@@ -12,7 +13,7 @@ from django.test import Client
 from sandboxes import services
 from sandboxes.models import Session
 from tests import factories
-from tests.webapps.conftest import app_host, cookie_for, fetch
+from tests.webapps.conftest import PROXY, app_host, cookie_for, fetch
 from webapps import headers as header_rules
 from webapps import services as webapps
 
@@ -135,7 +136,7 @@ def test_websockets_pass_through(webapp, owner):
 
     cookie = cookie_for(owner, webapp)
     connection = websocket.create_connection(
-        "ws://127.0.0.1:18000/live",
+        f"ws://{PROXY[0]}:{PROXY[1]}/live",
         host=app_host(webapp),
         origin=webapps.app_origin().origin(webapp.label),
         header=[f"Cookie: {cookie}"],
@@ -146,7 +147,7 @@ def test_websockets_pass_through(webapp, owner):
     connection.close()
     with pytest.raises(websocket.WebSocketBadStatusException):
         websocket.create_connection(
-            "ws://127.0.0.1:18000/live", host=app_host(webapp),
+            f"ws://{PROXY[0]}:{PROXY[1]}/live", host=app_host(webapp),
             origin="http://evil.test", header=[f"Cookie: {cookie}"], timeout=10,
         )  # fmt: skip
 
