@@ -40,7 +40,6 @@ import queue
 import random
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,6 +49,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import (  # noqa: E402
+    ensure_database,
+    host_cpu_times,
+    port_free,
+    port_open,
+    process_group_alive,
+    remove_network,
+)
 
 WORK = Path("/tmp/quor-bench-approvals")  # noqa: S108  (the bench's own scratch directory)
 DATABASE = "quor_bench_approvals"
@@ -436,33 +444,6 @@ print(json.dumps({"status": response.status, "body": body[:400], "started": star
 # --- processes ------------------------------------------------------------------------------
 
 
-def port_open(host: str, port: int) -> bool:
-    try:
-        socket.create_connection((host, port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
-
-
-def port_free(port: int) -> bool:
-    """Whether no local socket holds the TCP port (a connect test would lie here: this
-    machine's network accepts connections to any address it does not route locally)."""
-    with socket.socket() as probe:
-        try:
-            probe.bind(("0.0.0.0", port))  # noqa: S104  (a probe, closed at once)
-            return True
-        except OSError:
-            return False
-
-
-def process_group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
 class Proxy:
     """Quor's proxy in its own process group (proxy.py forks its acceptors)."""
 
@@ -501,27 +482,6 @@ class Proxy:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal_number)
             time.sleep(0.2)
-
-
-def ensure_database() -> None:
-    query = f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"  # noqa: S608
-    found = subprocess.run(  # noqa: S603
-        ["psql", "-d", "postgres", "-tAc", query],  # noqa: S607
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    if found != "1":
-        createdb = ["createdb", DATABASE]
-        if os.geteuid() == 0:
-            createdb = ["runuser", "-u", "postgres", "--", "createdb", "-O", "root", DATABASE]
-        subprocess.run(createdb, check=True)  # noqa: S603
-
-
-def host_cpu_times() -> tuple[int, int]:
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = values[3] + values[4]
-    return sum(values) - idle, sum(values)
 
 
 # --- 2. measuring ---------------------------------------------------------------------------
@@ -751,20 +711,6 @@ def setup_data():
     return user, sandbox, session
 
 
-def remove_network() -> str:
-    from sandboxes.backends.docker import DockerBackend
-
-    backend = DockerBackend()
-    for instance in backend.list_instances():  # anything of this deployment left behind
-        backend.destroy(instance.sandbox_id, remove_workspace=True)
-    try:
-        network = backend.client.networks.get(backend.network_name)
-    except Exception:
-        return f"network {backend.network_name}: already absent"
-    network.remove()
-    return f"network {backend.network_name}: removed"
-
-
 # --- report ---------------------------------------------------------------------------------
 
 
@@ -900,7 +846,7 @@ def main() -> None:
             raise SystemExit(f"port {port} is in use here: another run?")
 
     WORK.mkdir(parents=True, exist_ok=True)
-    ensure_database()
+    ensure_database(DATABASE)
     from tests.fakes import make_test_ca
 
     _, cert, key = make_test_ca(WORK, [APP_HOST])

@@ -28,7 +28,6 @@ import json
 import multiprocessing
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import ensure_database, host_cpu_times, ms, port_open, process_group_alive  # noqa: E402
 
 WORK = Path("/tmp/quor-bench")  # noqa: S108  (the bench's own scratch directory)
 DATABASE = "quor_bench"
@@ -308,25 +309,10 @@ def processes_cpu(*, pgid: int | None = None, name: str | None = None) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def host_cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies of the whole machine, from /proc/stat."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = values[3] + values[4]  # idle + iowait
-    return sum(values) - idle, sum(values)
-
-
 def pid_cpu(pid: int) -> float:
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rfind(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def port_open(host: str, port: int) -> bool:
-    try:
-        socket.create_connection((host, port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
 
 
 class Proxy:
@@ -379,29 +365,6 @@ class Proxy:
             time.sleep(0.1)
 
 
-def process_group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
-def ensure_database() -> None:
-    query = f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"  # noqa: S608
-    found = subprocess.run(  # noqa: S603
-        ["psql", "-d", "postgres", "-tAc", query],  # noqa: S607
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    if found != "1":
-        createdb = ["createdb", DATABASE]
-        if os.geteuid() == 0:
-            createdb = ["runuser", "-u", "postgres", "--", "createdb", "-O", "root", DATABASE]
-        subprocess.run(createdb, check=True)  # noqa: S603
-
-
 # --- measuring ---------------------------------------------------------------------------
 
 
@@ -422,10 +385,6 @@ def run_generator(cfg: dict, *, in_sandbox_of=None) -> dict:
     return json.loads(out.decode().strip().splitlines()[-1])
 
 
-def ms(seconds) -> str:
-    return "—" if seconds is None else f"{seconds * 1000:.2f}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5, help="measured seconds per run")
@@ -436,7 +395,7 @@ def main() -> None:
     began = time.monotonic()
 
     WORK.mkdir(parents=True, exist_ok=True)
-    ensure_database()
+    ensure_database(DATABASE)
     from tests.fakes import make_test_ca
 
     upstream_ca, cert, key = make_test_ca(WORK, [PROVIDER_HOST, TUNNEL_HOST])

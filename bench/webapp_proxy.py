@@ -49,6 +49,16 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import (  # noqa: E402
+    ensure_database,
+    host_cpu_times,
+    ms,
+    port_free,
+    port_open,
+    process_group_alive,
+    remove_network,
+)
+
 WORK = Path("/tmp/quor-bench-webapps")  # noqa: S108  (the bench's own scratch directory)
 DATABASE = "quor_bench_webapps"
 DEPLOYMENT = "benchwebapps"
@@ -229,34 +239,6 @@ os._exit(0)
 # --- processes ------------------------------------------------------------------------------
 
 
-def port_free(port: int) -> bool:
-    """Whether nothing listens on the TCP port (a connect test would lie here: this
-    machine's network accepts connections to any address it does not route locally)."""
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no user
-        try:
-            probe.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-
-
-def port_open(host: str, port: int) -> bool:
-    try:
-        socket.create_connection((host, port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
-
-
-def process_group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
 class ProxyProcess:
     """The web app proxy (`manage.py run_webapp_proxy`) in its own process group."""
 
@@ -313,27 +295,6 @@ class ProxyProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal_number)
             time.sleep(0.2)
-
-
-def ensure_database() -> None:
-    query = f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"  # noqa: S608
-    found = subprocess.run(  # noqa: S603
-        ["psql", "-d", "postgres", "-tAc", query],  # noqa: S607
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    if found != "1":
-        createdb = ["createdb", DATABASE]
-        if os.geteuid() == 0:
-            createdb = ["runuser", "-u", "postgres", "--", "createdb", "-O", "root", DATABASE]
-        subprocess.run(createdb, check=True)  # noqa: S603
-
-
-def host_cpu_times() -> tuple[int, int]:
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = values[3] + values[4]
-    return sum(values) - idle, sum(values)
 
 
 def processes_cpu(name: str) -> float:
@@ -439,20 +400,6 @@ def viewer_cookie(user, webapp) -> str:
         if line.lower().startswith("set-cookie:"):
             return line.split(":", 1)[1].strip().split(";")[0]
     raise SystemExit(f"the hand-off set no cookie: {head!r}")
-
-
-def remove_network() -> str:
-    from sandboxes.backends.docker import DockerBackend
-
-    backend = DockerBackend()
-    for instance in backend.list_instances():  # anything of this deployment left behind
-        backend.destroy(instance.sandbox_id, remove_workspace=True)
-    try:
-        network = backend.client.networks.get(backend.network_name)
-    except Exception:
-        return f"network {backend.network_name}: already absent"
-    network.remove()
-    return f"network {backend.network_name}: removed"
 
 
 # --- measuring ------------------------------------------------------------------------------
@@ -577,10 +524,6 @@ def measure_stream(args, proxy, app_host, cookie) -> dict:
     }
 
 
-def ms(seconds) -> str:
-    return "—" if seconds is None else f"{seconds * 1000:.2f}"
-
-
 def mb(value: int) -> str:
     return f"{value / 1e6:.1f} MB"
 
@@ -693,7 +636,7 @@ def main() -> None:
         raise SystemExit(f"port {PROXY_PORT} is in use here: another run?")
 
     WORK.mkdir(parents=True, exist_ok=True)
-    ensure_database()
+    ensure_database(DATABASE)
 
     import django
 

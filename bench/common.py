@@ -1,0 +1,77 @@
+"""Host-side helpers the bench scripts share (each script still forces its own
+environment: database, Redis db, deployment, subnet, ports)."""
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+
+def port_open(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+def port_free(port: int) -> bool:
+    """Whether nothing listens on the TCP port (a connect test would lie here: this
+    machine's network accepts connections to any address it does not route locally)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no user
+        try:
+            probe.bind(("0.0.0.0", port))  # noqa: S104  (a probe, closed at once: any address)
+            return True
+        except OSError:
+            return False
+
+
+def process_group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def ensure_database(name: str) -> None:
+    """Creates the bench's own database if it is missing (migrations come after)."""
+    query = f"SELECT 1 FROM pg_database WHERE datname = '{name}'"  # noqa: S608
+    found = subprocess.run(  # noqa: S603
+        ["psql", "-d", "postgres", "-tAc", query],  # noqa: S607
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if found != "1":
+        createdb = ["createdb", name]
+        if os.geteuid() == 0:
+            createdb = ["runuser", "-u", "postgres", "--", "createdb", "-O", "root", name]
+        subprocess.run(createdb, check=True)  # noqa: S603
+
+
+def host_cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
+def remove_network() -> str:
+    """Removes what the bench's deployment left in Docker: runtimes, then its network."""
+    from sandboxes.backends.docker import DockerBackend
+
+    backend = DockerBackend()
+    for instance in backend.list_instances():
+        backend.destroy(instance.sandbox_id, remove_workspace=True)
+    try:
+        network = backend.client.networks.get(backend.network_name)
+    except Exception:
+        return f"network {backend.network_name}: already absent"
+    network.remove()
+    return f"network {backend.network_name}: removed"
+
+
+def ms(seconds) -> str:
+    return "—" if seconds is None else f"{seconds * 1000:.2f}"
