@@ -7,7 +7,7 @@
 Starts a real sandbox running a small app server (stdlib ThreadingHTTPServer, as the
 sandbox user, `APP_SOURCE` below: `/small` answers 3 bytes, `/big?size=N` streams N
 bytes), registers it as a session's web app, starts the web app proxy's own process
-(`manage.py run_webapp_proxy`: uvicorn, `webapps.proxy`) and gets a viewer cookie
+(`manage.py run_webapp_proxy`: `webapps.proxy` on uvloop) and gets a viewer cookie
 through the real hand-off on the app's host. Quor's web process (daphne) is not
 needed and not started. Then, from this host:
 
@@ -244,9 +244,6 @@ class ProxyProcess:
 
     def __init__(self, *, profile: Path | None):
         self.log = WORK / "webapp-proxy.log"
-        # uvicorn re-raises the signal that stopped it once it has shut down: SIGINT
-        # (KeyboardInterrupt) lets cProfile write its file, SIGTERM would not.
-        self.stop_signal = signal.SIGINT if profile else signal.SIGTERM
         argv = [sys.executable]
         if profile:
             argv += ["-m", "cProfile", "-o", str(profile)]
@@ -283,7 +280,7 @@ class ProxyProcess:
     def stop(self) -> None:
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, self.stop_signal)
+                os.killpg(self.process.pid, signal.SIGTERM)
             try:
                 self.process.wait(timeout=15)
             except subprocess.TimeoutExpired:

@@ -194,7 +194,7 @@ def quor_web(process_env):
 
 @pytest.fixture(scope="session")
 def webapp_proxy(process_env):
-    """The web app proxy's own process (`manage.py run_webapp_proxy`, uvicorn) on the
+    """The web app proxy's own process (`manage.py run_webapp_proxy`) on the
     test database: web apps' hosts. Its address, (host, port)."""
     import sys
 

@@ -1,21 +1,31 @@
-"""The web app proxy: an ASGI application for requests to `<label>.<app base host>`.
+"""The web app proxy: serves `<label>.<app base host>` on its own port (`manage.py
+run_webapp_proxy`), relaying HTTP/1.1 between viewers and the app servers in sandboxes.
 
-It authenticates the viewer with the app's own cookie (set by the hand-off), checks
-the session's sharing scope, and streams the request to the app server in the sandbox
-and the response back, without buffering bodies; WebSockets are relayed both ways.
-The viewer's credentials and identity never reach the app (`webapps.headers`)."""
+It authenticates the viewer with the app's own cookie (set by the hand-off), checks the
+session's sharing scope, and relays requests and responses as they arrive: no body is
+buffered (a full socket buffer on one side stops reading the other), and a WebSocket
+upgrade becomes a byte tunnel after the app's 101. The viewer's credentials and identity
+never reach the app, and the app cannot set cookies (`webapps.headers`).
+
+An asyncio protocol on httptools rather than an ASGI server and an HTTP client: a small
+request costs a third of the CPU (docs/decisions.md, docs/performance.md)."""
 
 import asyncio
+import collections
 import html
+import http
+import logging
 import time
 from http.cookies import SimpleCookie
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs
 
-import aiohttp
+import httptools
 from channels.db import database_sync_to_async
 
 from webapps import headers as header_rules
 from webapps import services
+
+logger = logging.getLogger(__name__)
 
 # How long a viewer's access check (and the app's address) is reused: each check costs
 # a few milliseconds of database work, and a page loads dozens of files. Revoked access
@@ -24,16 +34,22 @@ from webapps import services
 # time) is reused as long, keyed by the whole Cookie header.
 ACCESS_CACHE_SECONDS = 5.0
 ACCESS_CACHE_ENTRIES = 10_000
-# Request headers aiohttp's WebSocket client makes itself.
-WEBSOCKET_HANDSHAKE = ("sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions")
 CONNECT_TIMEOUT = 10
+# A viewer connection with no request for this long is closed.
+VIEWER_IDLE_SECONDS = 60
+# Kept-alive connections to app servers: at most this many idle per app, each for this
+# long (an app server holds a thread or a task for each).
+UPSTREAM_IDLE_PER_APP = 32
+UPSTREAM_IDLE_SECONDS = 30
+# Request line and headers together; more gets 431.
+MAX_HEAD_BYTES = 64 * 1024
 
-
-def _header(scope, name: bytes) -> str:
-    for key, value in scope.get("headers", []):
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return ""
+NOT_FOUND = b"Not found.\n"
+REASONS = {status.value: status.phrase for status in http.HTTPStatus}
+LAST_CHUNK = b"0\r\n\r\n"
+# How a response body is framed: its own Content-Length (or none at all), re-chunked,
+# or ended by closing the connection.
+AS_IS, CHUNKED, UNTIL_CLOSE = "as-is", "chunked", "until-close"
 
 
 def _viewer_id(cookie_header: str, label: str) -> int | None:
@@ -44,13 +60,6 @@ def _viewer_id(cookie_header: str, label: str) -> int | None:
         return None
     morsel = cookies.get(services.VIEWER_COOKIE)
     return services.read_viewer_cookie(morsel.value, label) if morsel else None
-
-
-def _target(scope) -> str:
-    """The request target as the viewer sent it (path still percent-encoded)."""
-    query = scope.get("query_string", b"").decode("latin-1")
-    raw = scope.get("raw_path") or quote(scope["path"]).encode()
-    return raw.decode("latin-1") + (f"?{query}" if query else "")
 
 
 @database_sync_to_async
@@ -79,303 +88,653 @@ def _remember(cache: dict, key, value, now: float) -> None:
     cache[key] = (now + ACCESS_CACHE_SECONDS, value)
 
 
-class WebAppProxy:
+def _head(first_line: str, headers) -> bytes:
+    lines = [first_line, *(f"{name}: {value}" for name, value in headers), "", ""]
+    return "\r\n".join(lines).encode("latin-1", "replace")
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+def _page(status: int, message: str, location: str | None = None) -> tuple[list, bytes]:
+    body = (
+        "<!doctype html><meta charset=utf-8><title>Quor web app</title>"
+        f"<p>{html.escape(message)}</p>"
+    ).encode()
+    headers = [
+        ("content-type", "text/html; charset=utf-8"),
+        ("content-length", str(len(body))),
+        ("cache-control", "no-store"),
+        ("content-security-policy", header_rules.SANDBOX_CSP),
+    ]
+    if location:
+        headers.append(("location", location))
+    return headers, body
+
+
+class Request:
+    """One viewer request, from its head to the end of the proxy's response."""
+
+    __slots__ = (
+        "app_framing", "chunked", "complete", "discard", "done", "expect_continue",
+        "fields", "framing", "has_body", "head_bytes", "headers", "http11", "keep_alive",
+        "method", "pending", "responded", "retried", "sending", "status", "target",
+        "websocket",
+    )  # fmt: skip
+
     def __init__(self):
-        self._client = None
+        self.method = ""
+        self.target = ""
+        self.headers = []
+        self.http11 = True
+        self.keep_alive = False
+        self.websocket = False
+        self.chunked = False
+        self.has_body = False
+        self.expect_continue = False
+        self.framing = self.app_framing = AS_IS
+        self.pending = []  # body chunks that arrived before the app's connection
+        self.complete = False  # the whole body has been read from the viewer
+        self.sending = False  # the head went to the app; body chunks follow directly
+        self.responded = False
+        self.done = False
+        self.discard = False  # answered without the app: the rest of the body is dropped
+        self.retried = False
+        self.status = 0
+        self.head_bytes = 0
+        self.fields = {}
+
+    def header(self, name: str) -> str:
+        return self.fields.get(name, "")
+
+    def parsed(self, parser) -> None:
+        self.fields = dict(reversed(self.headers))  # a repeated header: its first value
+        self.method = parser.get_method().decode("latin-1")
+        self.http11 = parser.get_http_version() == "1.1"
+        self.keep_alive = parser.should_keep_alive()
+        self.chunked = "chunked" in self.header("transfer-encoding").lower()
+        self.has_body = self.chunked or bool(self.header("content-length").strip("0 "))
+        self.expect_continue = self.header("expect").lower() == "100-continue"
+        self.websocket = parser.should_upgrade() and self.header("upgrade").lower() == "websocket"
+        if parser.should_upgrade():
+            self.keep_alive = False  # the parser stops at an upgrade, whatever the answer
+
+    @property
+    def path(self) -> str:
+        return self.target.split("?", 1)[0]
+
+    def head_for_app(self, port: int) -> bytes:
+        headers = [
+            (name, value)
+            for name, value in header_rules.request_headers_to_forward(self.headers)
+            if name != "expect"  # the proxy itself says 100 Continue to the viewer
+        ]
+        headers.append(("host", f"localhost:{port}"))
+        if self.chunked:
+            headers.append(("transfer-encoding", "chunked"))
+        if self.websocket:
+            headers += [("connection", "upgrade"), ("upgrade", "websocket")]
+        return _head(f"{self.method} {self.target} HTTP/1.1", headers)
+
+    def body_for_app(self, data: bytes) -> bytes:
+        return _chunk(data) if self.chunked else data
+
+
+class WebAppProxy:
+    """What all viewer connections of the process share: the access caches and the
+    app servers' kept-alive connections."""
+
+    def __init__(self, *, access_log: bool = False):
+        self.access_log = access_log
         self._access: dict[tuple[int, str], tuple[float, tuple]] = {}
         self._viewers: dict[tuple[str, str], tuple[float, int]] = {}
+        self._labels: dict[str, str | None] = {}
+        self._idle: dict[tuple[str, int], list[tuple[float, AppConnection]]] = {}
 
-    def viewer(self, scope, label) -> int | None:
+    def connection(self) -> "ViewerConnection":
+        return ViewerConnection(self)
+
+    def label(self, host: str) -> str | None:
+        """The app label of a Host header (remembered: every request asks)."""
+        if host not in self._labels:
+            if len(self._labels) >= ACCESS_CACHE_ENTRIES:
+                self._labels.clear()
+            self._labels[host] = services.label_for_host(host)
+        return self._labels[host]
+
+    def viewer(self, cookie_header: str, label: str) -> int | None:
         """The viewer's user id from the app's cookie, or None."""
-        header = _header(scope, b"cookie")
         now = time.monotonic()
-        cached = self._viewers.get((header, label))
+        cached = self._viewers.get((cookie_header, label))
         if cached and cached[0] > now:
             return cached[1]
-        user_id = _viewer_id(header, label)
+        user_id = _viewer_id(cookie_header, label)
         if user_id is not None:  # only signed cookies: nobody else fills the cache
-            _remember(self._viewers, (header, label), user_id, now)
+            _remember(self._viewers, (cookie_header, label), user_id, now)
         return user_id
 
-    async def access(self, user_id, label):
-        """(web app, upstream address) if the viewer may open it, else (None, None)."""
-        if not user_id:
-            return None, None
-        now = time.monotonic()
+    def cached_access(self, user_id: int, label: str) -> tuple | None:
         cached = self._access.get((user_id, label))
-        if cached and cached[0] > now:
-            return cached[1]
-        found = await _webapp_for(user_id, label)
-        _remember(self._access, (user_id, label), found, now)
+        return cached[1] if cached and cached[0] > time.monotonic() else None
+
+    async def access(self, user_id: int, label: str) -> tuple:
+        """(web app, upstream address) if the viewer may open it, else (None, None)."""
+        found = self.cached_access(user_id, label)
+        if found is None:
+            found = await _webapp_for(user_id, label)
+            _remember(self._access, (user_id, label), found, time.monotonic())
         return found
 
-    def client(self) -> aiohttp.ClientSession:
-        """One connection pool per process (created inside the running event loop)."""
-        if self._client is None or self._client.closed:
-            self._client = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT),
-                auto_decompress=False,
-                cookie_jar=aiohttp.DummyCookieJar(),
-            )
-        return self._client
+    def idle_connection(self, address) -> "AppConnection | None":
+        idle = self._idle.get(address)
+        while idle:
+            since, connection = idle.pop()
+            if since > time.monotonic() - UPSTREAM_IDLE_SECONDS and not connection.closing():
+                return connection
+            connection.close()
+        return None
 
-    async def close(self):
-        if self._client is not None and not self._client.closed:
-            await self._client.close()
+    def keep_idle(self, connection: "AppConnection") -> None:
+        idle = self._idle.setdefault(connection.address, [])
+        if len(idle) >= UPSTREAM_IDLE_PER_APP:
+            connection.close()
+        else:
+            idle.append((time.monotonic(), connection))
 
-    async def __call__(self, scope, receive, send):
-        await self.serve(scope, receive, send, services.label_for_host(_header(scope, b"host")))
+    def forget_idle(self, connection: "AppConnection") -> None:
+        idle = self._idle.get(connection.address, [])
+        self._idle[connection.address] = [item for item in idle if item[1] is not connection]
 
-    async def serve(self, scope, receive, send, label):
-        if scope["type"] == "http":
-            await self.http(scope, receive, send, label)
-        elif scope["type"] == "websocket":
-            await self.websocket(scope, receive, send, label)
+    async def connect(self, address) -> "AppConnection":
+        loop = asyncio.get_running_loop()
+        _, connection = await asyncio.wait_for(
+            loop.create_connection(lambda: AppConnection(self, address), *address),
+            CONNECT_TIMEOUT,
+        )
+        return connection
 
-    # --- HTTP -----------------------------------------------------------------------------
+    def close(self) -> None:
+        for idle in self._idle.values():
+            for _, connection in idle:
+                connection.close()
+        self._idle.clear()
 
-    async def http(self, scope, receive, send, label):
-        if scope["path"] == services.HANDOFF_PATH:
-            return await self.handoff(scope, send, label)
-        if _header(scope, b"sec-fetch-dest") == "document":
+
+class AppConnection(asyncio.Protocol):
+    """A connection to an app server, serving one viewer request at a time."""
+
+    def __init__(self, proxy: WebAppProxy, address):
+        self.proxy = proxy
+        self.address = address
+        self.viewer: ViewerConnection | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.headers = []
+        self.reused = False
+        self.tunnel = False
+        self.transport = None
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def closing(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
+
+    def close(self) -> None:
+        self.viewer = None
+        if self.transport is not None:
+            self.transport.close()
+
+    def data_received(self, data):
+        if self.tunnel:
+            if self.viewer is not None:
+                self.viewer.write(data)
+            return
+        viewer = self.viewer
+        if viewer is None:  # an idle connection has nothing to say
+            self.close()
+            return
+        viewer.hold_writes()  # a small response (head, body, end) leaves in one send
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as upgrade:
+            viewer.write(data[upgrade.args[0] :])
+        except httptools.HttpParserError:
+            logger.warning("web app at %s:%s sent a malformed response", *self.address)
+            self.viewer = None
+            self.transport.close()
+            viewer.app_lost(self)
+        finally:
+            viewer.release_writes()
+
+    def connection_lost(self, exc):
+        self.proxy.forget_idle(self)
+        viewer, self.viewer = self.viewer, None
+        if viewer is not None:
+            viewer.app_lost(self)
+
+    def pause_writing(self):
+        if self.viewer is not None:
+            self.viewer.pause("app-busy")
+
+    def resume_writing(self):
+        if self.viewer is not None:
+            self.viewer.resume("app-busy")
+
+    # httptools callbacks
+    def on_message_begin(self):
+        self.headers = []
+
+    def on_header(self, name: bytes, value: bytes):
+        self.headers.append((name.decode("latin-1").lower(), value.decode("latin-1")))
+
+    def on_headers_complete(self):
+        if self.viewer is not None:
+            self.viewer.response_head(self, self.parser.get_status_code(), self.headers)
+
+    def on_body(self, body: bytes):
+        if self.viewer is not None:
+            self.viewer.response_body(body)
+
+    def on_message_complete(self):
+        if self.viewer is not None and not self.tunnel:
+            self.viewer.response_end(self)
+
+
+class ViewerConnection(asyncio.Protocol):
+    """A viewer's connection: requests in order, each answered by the proxy itself
+    (log in, hand-off, 404, 503) or relayed to the app."""
+
+    def __init__(self, proxy: WebAppProxy):
+        self.proxy = proxy
+        self.transport = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.requests: collections.deque[Request] = collections.deque()  # [0] is served
+        self.parsing: Request | None = None
+        self.app: AppConnection | None = None  # the app's connection serving requests[0]
+        self.tunnel = None  # after a WebSocket upgrade: the app's transport
+        self.upgrade_requested = False  # the parser stopped: no more requests on it
+        self.after_upgrade = b""  # what the viewer sent after its upgrade request
+        self.read_pauses: set[str] = set()
+        self.held: list[bytes] | None = None
+        self.writing_paused = False
+        self.closed = False
+        self.task = None
+        self.idle = None
+        self.last_active = 0.0
+
+    # --- the viewer's socket --------------------------------------------------------------
+
+    def connection_made(self, transport):
+        self.transport = transport
+        loop = asyncio.get_running_loop()
+        self.last_active = loop.time()
+        self.idle = loop.call_later(VIEWER_IDLE_SECONDS, self.close_if_idle)
+
+    def connection_lost(self, exc):
+        self.closed = True
+        if self.idle is not None:
+            self.idle.cancel()
+        if self.task is not None:
+            self.task.cancel()
+        if self.app is not None:  # an endless response ends with its viewer
+            self.app.close()
+            self.app = None
+
+    def data_received(self, data):
+        if self.tunnel is not None:
+            self.tunnel.write(data)
+            return
+        if self.upgrade_requested:
+            self.after_upgrade += data
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as upgrade:
+            self.upgrade_requested = True
+            self.after_upgrade += data[upgrade.args[0] :]
+        except httptools.HttpParserCallbackError as error:
+            if not isinstance(error.__context__, HeadTooLarge):
+                raise
+            self.refuse(431, "The request's headers are too large.", error)
+        except httptools.HttpParserError as error:
+            self.refuse(400, "Bad request.", error)
+
+    def pause_writing(self):
+        self.writing_paused = True
+        if self.app is not None:
+            self.app.transport.pause_reading()
+
+    def resume_writing(self):
+        self.writing_paused = False
+        if self.app is not None and not self.app.closing():
+            self.app.transport.resume_reading()
+
+    def pause(self, reason: str) -> None:
+        if not self.read_pauses and not self.closed:
+            self.transport.pause_reading()
+        self.read_pauses.add(reason)
+
+    def resume(self, reason: str) -> None:
+        self.read_pauses.discard(reason)
+        if not self.read_pauses and not self.closed:
+            self.transport.resume_reading()
+
+    def write(self, data: bytes) -> None:
+        if self.held is not None:
+            self.held.append(data)
+        elif not self.closed:
+            self.transport.write(data)
+
+    def hold_writes(self) -> None:
+        self.held = []
+
+    def release_writes(self) -> None:
+        held, self.held = self.held, None
+        if held:
+            self.write(b"".join(held))
+
+    def close(self) -> None:
+        if not self.closed:
+            self.release_writes()
+            self.closed = True
+            self.transport.close()  # after what was written
+
+    def close_if_idle(self):
+        """One timer per connection, not one per request."""
+        loop = asyncio.get_running_loop()
+        idle_for = 0 if self.requests else loop.time() - self.last_active
+        if idle_for >= VIEWER_IDLE_SECONDS:
+            self.close()
+        elif not self.closed:
+            self.idle = loop.call_later(VIEWER_IDLE_SECONDS - idle_for, self.close_if_idle)
+
+    def refuse(self, status: int, message: str, error) -> None:
+        """A request the parser cannot read: answered (unless a response has begun),
+        then the connection is closed."""
+        logger.info("web app proxy: %s (%s)", message, error)
+        request = self.requests[0] if self.requests else Request()
+        if not request.responded:
+            self.reply(request, status, message, close=True)
+        self.close()
+
+    # --- httptools callbacks (the viewer's requests) ----------------------------------------
+
+    def on_message_begin(self):
+        self.parsing = Request()
+
+    def on_url(self, url: bytes):
+        self.count(len(url))
+        self.parsing.target += url.decode("latin-1")
+
+    def on_header(self, name: bytes, value: bytes):
+        self.count(len(name) + len(value))
+        self.parsing.headers.append((name.decode("latin-1").lower(), value.decode("latin-1")))
+
+    def count(self, size: int) -> None:
+        self.parsing.head_bytes += size
+        if self.parsing.head_bytes > MAX_HEAD_BYTES:
+            raise HeadTooLarge(self.parsing.head_bytes)
+
+    def on_headers_complete(self):
+        request = self.parsing
+        request.parsed(self.parser)
+        if self.parser.should_upgrade():
+            self.pause("upgrade")  # until the app's 101 opens the tunnel, or the answer
+        self.requests.append(request)
+        if len(self.requests) == 1:
+            self.serve(request)
+        else:
+            self.pause("pipelined")
+
+    def on_body(self, body: bytes):
+        request = self.parsing
+        if request.discard:
+            return
+        if request.sending:
+            self.app.transport.write(request.body_for_app(body))
+        else:
+            request.pending.append(body)
+
+    def on_message_complete(self):
+        request = self.parsing
+        request.complete = True
+        if request.sending and request.chunked and not request.discard:
+            self.app.transport.write(LAST_CHUNK)
+        if request.done:
+            self.next_request()
+
+    # --- deciding ---------------------------------------------------------------------------
+
+    def serve(self, request: Request) -> None:
+        label = self.proxy.label(request.header("host"))
+        if label is None:  # this process serves nothing of Quor's
+            headers = [("content-type", "text/plain; charset=utf-8"), ("content-length", "11")]
+            return self.respond(request, 404, headers, NOT_FOUND)
+        if request.path == services.HANDOFF_PATH:
+            return self.run(request, self.handoff(request, label))
+        if request.header("sec-fetch-dest") == "document":
             # A top-level page of the app: show it framed by Quor's viewer instead.
-            location = services.viewer_url(label, _target(scope))
-            return await self.page(send, 302, "Opening the app in Quor.", location)
-        user_id = self.viewer(scope, label)
+            location = services.viewer_url(label, request.target)
+            return self.reply(request, 302, "Opening the app in Quor.", location=location)
+        user_id = self.proxy.viewer(request.header("cookie"), label)
         if user_id is None:
-            location = services.login_url(label, _target(scope))
-            return await self.page(send, 302, "Log in to Quor to open this app.", location)
-        webapp, address = await self.access(user_id, label)
-        if webapp is None:
-            return await self.page(send, 404, "There is no such app, or it is not shared with you.")
-        if address is None:
-            return await self.page(
-                send, 503, "This app is not running. Open its session in Quor to start it again."
-            )
-        await self.forward(scope, receive, send, address)
+            location = services.login_url(label, request.target)
+            return self.reply(request, 302, "Log in to Quor to open this app.", location=location)
+        found = self.proxy.cached_access(user_id, label)
+        if found is None:
+            return self.run(request, self.check_access(request, user_id, label))
+        self.proceed(request, label, *found)
 
-    async def handoff(self, scope, send, label):
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    async def check_access(self, request, user_id, label):
+        self.proceed(request, label, *await self.proxy.access(user_id, label))
+
+    def proceed(self, request: Request, label: str, webapp, address) -> None:
+        if webapp is None:
+            return self.reply(request, 404, "There is no such app, or it is not shared with you.")
+        if address is None:
+            message = "This app is not running. Open its session in Quor to start it again."
+            return self.reply(request, 503, message)
+        if request.websocket and not self.origin_allowed(request, label):
+            return self.reply(request, 403, "This page may not open the app's WebSocket.")
+        app = None if request.websocket else self.proxy.idle_connection(address)
+        if app is None:
+            return self.run(request, self.connect_and_forward(request, address))
+        app.reused = True
+        self.forward(request, app)
+
+    def origin_allowed(self, request: Request, label: str) -> bool:
+        """The app's own origin, or "null": the preview iframe and the CSP sandbox give
+        the app an opaque origin."""
+        return request.header("origin") in ("", "null", services.app_origin().origin(label))
+
+    async def connect_and_forward(self, request, address):
+        self.forward(request, await self.proxy.connect(address))
+
+    async def handoff(self, request, label):
+        query = parse_qs(request.target.partition("?")[2])
         user_id = services.read_handoff(query.get("token", [""])[0], label)
         webapp = (await _webapp_for(user_id, label))[0] if user_id else None
         if webapp is None:
-            return await self.page(send, 404, "There is no such app, or it is not shared with you.")
+            return self.reply(request, 404, "There is no such app, or it is not shared with you.")
         cookie = f"{services.VIEWER_COOKIE}={services.viewer_cookie(user_id, label)}; "
         cookie += services.viewer_cookie_attributes()
-        next_path = services.safe_next(query.get("next", ["/"])[0])
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 302,
-                "headers": [
-                    (b"location", next_path.encode("latin-1", "replace")),
-                    (b"set-cookie", cookie.encode()),
-                    (b"cache-control", b"no-store"),
-                    (b"content-length", b"0"),
-                    (b"content-security-policy", header_rules.SANDBOX_CSP.encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": b""})
+        headers = [
+            ("location", services.safe_next(query.get("next", ["/"])[0])),
+            ("set-cookie", cookie),
+            ("cache-control", "no-store"),
+            ("content-length", "0"),
+            ("content-security-policy", header_rules.SANDBOX_CSP),
+        ]
+        self.respond(request, 302, headers, b"")
 
-    async def forward(self, scope, receive, send, address):
-        host, port = address
-        forwarded = header_rules.request_headers_to_forward(
-            (k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]
-        )
-        forwarded.append(("host", f"localhost:{port}"))
-        has_body = any(
-            k.lower() in (b"content-length", b"transfer-encoding") for k, _ in scope["headers"]
-        )
-        started = False
-        body_read = not has_body  # then `receive()` is free to tell when the viewer goes
+    def run(self, request: Request, decision) -> None:
+        """Runs an asynchronous part of a decision (the database, a new connection);
+        the viewer is not read meanwhile."""
+        self.pause("deciding")
 
-        async def body():
-            nonlocal body_read
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise ConnectionResetError("the viewer went away")
-                if message.get("body"):
-                    yield message["body"]
-                if not message.get("more_body"):
-                    body_read = True
-                    return
+        async def deciding():
+            try:
+                await decision
+            except (OSError, TimeoutError) as error:
+                if not self.closed and not request.responded:
+                    logger.info("web app proxy: the app did not answer (%s)", error)
+                    self.reply(request, 502, "The app did not answer. It may have stopped.")
+            finally:
+                self.task = None
+                self.resume("deciding")
 
-        try:
-            async with self.client().request(
-                scope["method"],
-                f"http://{host}:{port}{_target(scope)}",
-                headers=forwarded,
-                data=body() if has_body else None,
-                allow_redirects=False,
-                skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
-            ) as response:
-                returned = header_rules.response_headers_to_return(
-                    (k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers
-                )
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": response.status,
-                        "headers": [
-                            (k.encode("latin-1"), v.encode("latin-1")) for k, v in returned
-                        ],
-                    }
-                )
-                started = True
-                if body_read and not response.content.is_eof():
-                    await _unless_viewer_leaves(_relay_body(response, send), receive)
-                else:  # the whole body is here already (or the app answered mid-upload)
-                    await _relay_body(response, send)
-        except (TimeoutError, aiohttp.ClientError, ConnectionResetError):
-            if started:  # cut mid-body: end it; the viewer sees a short response
-                await send({"type": "http.response.body", "body": b""})
+        self.task = asyncio.ensure_future(deciding())
+
+    # --- answering ---------------------------------------------------------------------------
+
+    def reply(self, request: Request, status: int, message: str, *, location=None, close=False):
+        headers, body = _page(status, message, location)
+        self.respond(request, status, headers, body, close=close)
+
+    def respond(self, request: Request, status: int, headers, body: bytes, *, close=False):
+        """A whole response from the proxy itself. An unread request body is dropped, or
+        the connection closed if the viewer waits for 100 Continue."""
+        close = close or (not request.complete and request.expect_continue)
+        if close or not request.keep_alive:
+            headers = [*headers, ("connection", "close")]
+        request.responded = True
+        request.status = status
+        self.write(_head(f"HTTP/1.1 {status} {REASONS.get(status, '')}", headers) + body)
+        self.finish(request, close=close)
+
+    def forward(self, request: Request, app: AppConnection) -> None:
+        if self.closed:
+            app.close()
+            return
+        self.app = app
+        app.viewer = self
+        if self.writing_paused:
+            app.transport.pause_reading()
+        if request.expect_continue and not request.complete:
+            self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        data = [request.head_for_app(app.address[1])]
+        data += [request.body_for_app(chunk) for chunk in request.pending]
+        if request.complete and request.chunked:
+            data.append(LAST_CHUNK)
+        request.pending = []
+        request.sending = True
+        app.transport.write(b"".join(data))
+
+    def response_head(self, app: AppConnection, status: int, headers) -> None:
+        request = self.requests[0]
+        if status == 101 and request.websocket:
+            return self.open_tunnel(request, app, headers)
+        if status < 200:  # 100 Continue, 103 Early Hints: the final answer follows
+            return
+        request.app_framing = (
+            AS_IS
+            if any(name == "content-length" for name, _ in headers)
+            else CHUNKED
+            if any(name == "transfer-encoding" for name, _ in headers)
+            else UNTIL_CLOSE
+        )
+        returned = header_rules.response_headers_to_return(headers)
+        if request.method == "HEAD" or status in (204, 304) or request.app_framing == AS_IS:
+            request.framing = AS_IS
+        elif request.http11:
+            request.framing = CHUNKED
+            returned.append(("transfer-encoding", "chunked"))
+        else:
+            request.framing = UNTIL_CLOSE
+            request.keep_alive = False
+        if not request.keep_alive:
+            returned.append(("connection", "close"))
+        elif not request.http11:
+            returned.append(("connection", "keep-alive"))
+        request.responded = True
+        request.status = status
+        self.write(_head(f"HTTP/1.1 {status} {REASONS.get(status, '')}", returned))
+        if request.method == "HEAD":  # the parser would wait for a body that never comes
+            self.response_end(app, reusable=False)
+
+    def response_body(self, body: bytes) -> None:
+        self.write(_chunk(body) if self.requests[0].framing == CHUNKED else body)
+
+    def response_end(self, app: AppConnection, reusable: bool = True) -> None:
+        request = self.requests[0]
+        if not request.responded:  # the end of an interim (1xx) response
+            return
+        if request.framing == CHUNKED:
+            self.write(LAST_CHUNK)
+        self.app = None
+        app.viewer = None
+        if reusable and request.complete and app.parser.should_keep_alive():
+            self.proxy.keep_idle(app)
+        else:
+            app.close()
+        self.finish(request)
+
+    def app_lost(self, app: AppConnection) -> None:
+        """The app's connection closed (or sent garbage) before its response ended."""
+        if app is not self.app:
+            return
+        self.app = None
+        request = self.requests[0]
+        if self.tunnel is not None:
+            self.close()
+        elif not request.responded:
+            if app.reused and not request.has_body and not request.retried:
+                request.retried = True  # it had closed while idle: once more, anew
+                request.sending = False
+                self.run(request, self.connect_and_forward(request, app.address))
             else:
-                await self.page(
-                    send, 502, "The app did not answer. It may have stopped or crashed."
-                )
+                self.reply(request, 502, "The app did not answer. It may have stopped.")
+        elif request.app_framing == UNTIL_CLOSE:
+            if request.framing == CHUNKED:
+                self.write(LAST_CHUNK)
+            self.finish(request)
+        else:  # cut short: the viewer must see an incomplete response, not a whole one
+            self.close()
 
-    async def page(self, send, status: int, message: str, location: str | None = None):
-        body = (
-            "<!doctype html><meta charset=utf-8><title>Quor web app</title>"
-            f"<p>{html.escape(message)}</p>"
-        ).encode()
-        headers = [
-            (b"content-type", b"text/html; charset=utf-8"),
-            (b"content-length", str(len(body)).encode()),
-            (b"cache-control", b"no-store"),
-            (b"content-security-policy", header_rules.SANDBOX_CSP.encode()),
-        ]
-        if location:
-            headers.append((b"location", location.encode("latin-1", "replace")))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+    def open_tunnel(self, request: Request, app: AppConnection, headers) -> None:
+        returned = header_rules.response_headers_to_return(headers)
+        returned += [("connection", "upgrade"), ("upgrade", "websocket")]
+        request.responded = True
+        request.status = 101
+        self.write(_head("HTTP/1.1 101 Switching Protocols", returned))
+        self.log(request)
+        self.tunnel = app.transport
+        app.tunnel = True
+        if self.after_upgrade:
+            app.transport.write(self.after_upgrade)
+            self.after_upgrade = b""
+        self.resume("upgrade")
 
-    # --- WebSocket ------------------------------------------------------------------------
+    def finish(self, request: Request, *, close: bool = False) -> None:
+        request.done = True
+        self.log(request)
+        if close or not request.keep_alive:
+            self.close()
+        elif request.complete:
+            self.next_request()
+        else:
+            request.discard = True  # read the rest of its body, then the next request
 
-    async def websocket(self, scope, receive, send, label):
-        await receive()  # websocket.connect
-        user_id = self.viewer(scope, label)
-        webapp, address = await self.access(user_id, label)
-        if webapp is None or address is None or not self._origin_allowed(scope, label):
-            await send({"type": "websocket.close", "code": 4403})
-            return
-        host, port = address
-        headers = [
-            (name, value)
-            for name, value in header_rules.request_headers_to_forward(
-                (k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]
-            )
-            if name not in WEBSOCKET_HANDSHAKE and name != "sec-websocket-protocol"
-        ]
-        headers.append(("host", f"localhost:{port}"))
-        try:
-            upstream = await self.client().ws_connect(
-                f"ws://{host}:{port}{_target(scope)}",
-                headers=headers,
-                protocols=scope.get("subprotocols", ()),
-                autoclose=False,
-                autoping=True,
-                max_msg_size=0,
-            )
-        except (TimeoutError, aiohttp.ClientError):
-            await send({"type": "websocket.close", "code": 1011})
-            return
-        await send({"type": "websocket.accept", "subprotocol": upstream.protocol})
-        await self._relay(receive, send, upstream)
+    def next_request(self) -> None:
+        self.requests.popleft()
+        if len(self.requests) <= 1:
+            self.resume("pipelined")
+        if self.requests:
+            self.serve(self.requests[0])
+        else:
+            self.last_active = asyncio.get_running_loop().time()
 
-    def _origin_allowed(self, scope, label) -> bool:
-        """The app's own origin, or "null": the preview iframe and the CSP sandbox give
-        the app an opaque origin."""
-        origin = _header(scope, b"origin")
-        return origin in ("", "null", services.app_origin().origin(label))
-
-    async def _relay(self, receive, send, upstream):
-        async def viewer_to_app():
-            while True:
-                message = await receive()
-                if message["type"] == "websocket.disconnect":
-                    await upstream.close()
-                    return
-                if message.get("text") is not None:
-                    await upstream.send_str(message["text"])
-                elif message.get("bytes") is not None:
-                    await upstream.send_bytes(message["bytes"])
-
-        async def app_to_viewer():
-            async for message in upstream:
-                if message.type == aiohttp.WSMsgType.TEXT:
-                    await send({"type": "websocket.send", "text": message.data})
-                elif message.type == aiohttp.WSMsgType.BINARY:
-                    await send({"type": "websocket.send", "bytes": message.data})
-                else:
-                    break
-            await send({"type": "websocket.close", "code": upstream.close_code or 1000})
-
-        tasks = [asyncio.ensure_future(viewer_to_app()), asyncio.ensure_future(app_to_viewer())]
-        _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        # Retrieves what ended them: the viewer may be gone (the server's send() raises).
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await upstream.close()
+    def log(self, request: Request) -> None:
+        if self.proxy.access_log:
+            host = request.header("host")
+            logger.info("%s %s %s %s", host, request.method, request.target, request.status)
 
 
-async def _relay_body(response, send):
-    async for chunk in response.content.iter_any():
-        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    await send({"type": "http.response.body", "body": b""})
+class HeadTooLarge(Exception):
+    pass
 
 
-async def _unless_viewer_leaves(relay, receive):
-    """Runs `relay` until it ends or the viewer disconnects, whichever is first: the
-    server's `send()` does not fail once the viewer has gone, and an endless response
-    (server-sent events) would otherwise keep the app's connection open for ever."""
-
-    async def viewer_gone():
-        while (await receive())["type"] != "http.disconnect":
-            pass
-
-    relaying = asyncio.ensure_future(relay)
-    watching = asyncio.ensure_future(viewer_gone())
-    try:
-        await asyncio.wait((relaying, watching), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        relaying.cancel()
-        watching.cancel()
-    if relaying.done() and not relaying.cancelled():
-        relaying.result()  # the relay's own errors, if any
-
-
-def app_hosts_only(proxy: WebAppProxy):
-    """The web app proxy process's application (`manage.py run_webapp_proxy`): requests
-    to a web app's host go to the proxy; any other host gets a plain 404 (HTTP) or is
-    refused (WebSocket): this process serves nothing of Quor's. Lifespan: the upstream
-    connection pool closes on shutdown."""
-    body = b"Not found.\n"
-    not_found = [
-        (b"content-type", b"text/plain; charset=utf-8"),
-        (b"content-length", str(len(body)).encode()),
-    ]
-
-    async def application(scope, receive, send):
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await proxy.close()
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        label = services.label_for_host(_header(scope, b"host"))
-        if label:
-            return await proxy.serve(scope, receive, send, label)
-        if scope["type"] == "http":
-            await send({"type": "http.response.start", "status": 404, "headers": not_found})
-            await send({"type": "http.response.body", "body": body})
-        elif scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 4404})
-
-    return application
+async def serve(proxy: WebAppProxy, host: str, port: int) -> asyncio.Server:
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(proxy.connection, host, port, reuse_address=True, backlog=1024)

@@ -1,8 +1,11 @@
-import uvicorn
+import asyncio
+import signal
+
+import uvloop
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from webapps.proxy import WebAppProxy, app_hosts_only
+from webapps.proxy import WebAppProxy, serve
 
 
 def parse_bind(bind: str) -> tuple[str, int]:
@@ -17,9 +20,9 @@ def parse_bind(bind: str) -> tuple[str, int]:
 class Command(BaseCommand):
     help = (
         "Serve web apps on their own hosts (`<label>.<host of QUOR_WEBAPP_BASE_URL>`) on "
-        "QUOR_WEBAPP_PROXY_BIND, with uvicorn: the web app proxy and nothing else (any "
-        "other host gets 404). A slow viewer slows the read from the app: memory stays "
-        "bounded."
+        "QUOR_WEBAPP_PROXY_BIND: the web app proxy and nothing else (any other host gets "
+        "404). A slow viewer slows the read from the app: memory stays bounded. Stops on "
+        "SIGTERM or SIGINT."
     )
 
     def add_arguments(self, parser):
@@ -28,22 +31,16 @@ class Command(BaseCommand):
 
     def handle(self, *args, bind, access_log, **options):
         host, port = parse_bind(bind or settings.QUOR_WEBAPP_PROXY_BIND)
-        config = uvicorn.Config(
-            app_hosts_only(WebAppProxy()),
-            host=host,
-            port=port,
-            http="httptools",
-            ws="websockets-sansio",
-            lifespan="on",
-            # The app's own Server and Date headers pass through; none are added.
-            server_header=False,
-            date_header=False,
-            # X-Forwarded-* from viewers mean nothing here (and never reach the app).
-            proxy_headers=False,
-            access_log=access_log,
-            log_config=None,  # Django's LOGGING
-            log_level="info",
-        )
+        uvloop.run(self.serve(WebAppProxy(access_log=access_log), host, port))
+
+    async def serve(self, proxy: WebAppProxy, host: str, port: int):
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        server = await serve(proxy, host, port)
         self.stdout.write(f"Web app proxy listening on {host}:{port}", ending="\n")
         self.stdout.flush()
-        uvicorn.Server(config).run()
+        async with server:
+            await stop.wait()
+        proxy.close()
