@@ -1,0 +1,107 @@
+"""Leaving a directory out of a tar stream as it passes (sandboxes/tarstream.py), checked
+by reading the result back with the standard library's tarfile."""
+
+import io
+import tarfile
+
+import pytest
+
+from sandboxes.tarstream import ArchiveError, without_paths
+
+MANAGED = ".quor-managed"
+
+
+def archive(members, fmt=tarfile.PAX_FORMAT) -> bytes:
+    """`members`: (name, content bytes | None for a directory | ("link", target))."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=fmt) as tar:
+        for name, content in members:
+            info = tarfile.TarInfo(name)
+            if content is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            elif isinstance(content, tuple):
+                info.type = tarfile.LNKTYPE if content[0] == "link" else tarfile.SYMTYPE
+                info.linkname = content[1]
+                tar.addfile(info)
+            else:
+                info.size = len(content)
+                tar.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()
+
+
+def members(data: bytes) -> dict[str, bytes | None]:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        return {
+            m.name.removeprefix("./"): (tar.extractfile(m).read() if m.isfile() else None)
+            for m in tar.getmembers()
+        }
+
+
+def in_pieces(data: bytes, size: int):
+    return (data[i : i + size] for i in range(0, len(data), size))
+
+
+LONG = "./sessions/" + "deep/" * 40 + "file.txt"  # past ustar's 100 + 155 characters
+
+
+@pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT])
+@pytest.mark.parametrize("piece", [1, 511, 512, 4096, 1 << 20])
+def test_the_managed_area_is_left_out_and_everything_else_arrives_byte_for_byte(fmt, piece):
+    big = bytes(range(256)) * 5000
+    source = [
+        (".", None),
+        (f"./{MANAGED}", None),
+        (f"./{MANAGED}/skills/report/SKILL.md", b"skill"),
+        ("./sessions", None),
+        ("./sessions/a/big.bin", big),
+        ("./sessions/a/empty", b""),
+        ("./sessions/a/" + "n" * 90 + "/" + "m" * 90, b"ustar prefix"),
+        (f"./{MANAGED}-not-managed/keep", b"a sibling with a longer name stays"),
+    ]
+    if fmt != tarfile.USTAR_FORMAT:  # names past ustar's limits
+        source += [(LONG, b"long"), (f"./{MANAGED}/" + "x" * 120, b"long managed name")]
+    result = b"".join(without_paths(in_pieces(archive(source, fmt), piece), MANAGED))
+    expected = {
+        name.removeprefix("./"): content
+        for name, content in source
+        if name != f"./{MANAGED}" and not name.startswith(f"./{MANAGED}/")
+    }
+    assert members(result) == expected
+
+
+def test_a_hard_link_to_a_left_out_file_is_left_out_too_and_others_stay():
+    source = [
+        (f"./{MANAGED}/library/notes.md", b"notes"),
+        ("./sessions/a/notes-link", ("link", f"./{MANAGED}/library/notes.md")),
+        ("./sessions/a/real", b"real"),
+        ("./sessions/a/real-link", ("link", "./sessions/a/real")),
+        ("./sessions/a/to-managed", ("symlink", f"../../{MANAGED}/library")),
+    ]
+    result = members(b"".join(without_paths([archive(source)], MANAGED)))
+    assert set(result) == {"sessions/a/real", "sessions/a/real-link", "sessions/a/to-managed"}
+
+
+def test_an_archive_cut_short_is_an_error_wherever_it_stops():
+    data = archive([("./sessions/a/f", b"f" * 5000), ("./sessions/a/g", b"g")])
+    end = data.index(bytes(1024), 1024)  # where the end-of-archive blocks start
+    for cut in (100, 512, 700, 3000, end):
+        with pytest.raises(ArchiveError):
+            b"".join(without_paths([data[:cut]], MANAGED))
+    assert b"".join(without_paths([data], MANAGED)) == data  # nothing left out: unchanged
+
+
+def test_a_pax_path_decides_not_the_short_name_in_the_header():
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for short, real in (
+            ("./sessions/innocent", f"./{MANAGED}/secret"),
+            (f"./{MANAGED}/looks-managed", "./sessions/kept"),
+        ):
+            info = tarfile.TarInfo(short)
+            info.pax_headers = {"path": real}
+            info.size = 4
+            tar.addfile(info, io.BytesIO(b"data"))
+    assert members(b"".join(without_paths([buffer.getvalue()], MANAGED))) == {
+        "sessions/kept": b"data"
+    }
