@@ -1,4 +1,5 @@
-"""Users, organizations (Quor workspaces), memberships, model providers and API tokens."""
+"""Users, organizations (Quor workspaces), memberships, model providers, API tokens and
+the file store's blobs."""
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, BaseUserManager, Group, PermissionsMixin
@@ -156,3 +157,20 @@ class ApiToken(models.Model):
 
     def __str__(self):
         return f"{self.name} ({self.prefix}…)"
+
+
+class StoredBlob(models.Model):
+    """A file committed to the file store (quor/filestore.py), with what a read checks.
+    Every reference to a blob is a ForeignKey with on_delete=PROTECT: a row nothing
+    refers to for an hour is garbage, and so is an object with no row."""
+
+    key = models.CharField(max_length=200, unique=True, help_text="Name in the file store.")
+    size = models.PositiveBigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return self.key

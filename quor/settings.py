@@ -191,6 +191,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "egress.tasks.delete_old_egress_decisions",
         "schedule": 3600.0,
     },
+    "delete-orphaned-blobs": {"task": "quor.tasks.delete_orphaned_blobs", "schedule": 3600.0},
 }
 
 # Sandbox backend: `docker` (now) or `kubernetes` (later).
@@ -257,6 +258,40 @@ QUOR_MAX_ATTACHMENT_BYTES = envint("QUOR_MAX_ATTACHMENT_BYTES", 20 * 1024 * 1024
 QUOR_MAX_PROMPT_CHARS = envint("QUOR_MAX_PROMPT_CHARS", 100_000)
 # Largest file upload into a workspace, in bytes (uploads are streamed, not buffered).
 QUOR_MAX_UPLOAD_BYTES = envint("QUOR_MAX_UPLOAD_BYTES", 100 * 1024 * 1024)
+
+# The file store: attachments, User Library content, Skill bundles and snapshots. A
+# directory by default; an S3-compatible bucket when QUOR_FILE_STORE_S3_BUCKET is set.
+QUOR_FILE_STORE_DIR = Path(env("QUOR_FILE_STORE_DIR", str(BASE_DIR / "var" / "files")))
+QUOR_FILE_STORE_S3_BUCKET = env("QUOR_FILE_STORE_S3_BUCKET", "")
+QUOR_FILE_STORE_S3_ENDPOINT_URL = env("QUOR_FILE_STORE_S3_ENDPOINT_URL", "")
+QUOR_FILE_STORE_S3_REGION = env("QUOR_FILE_STORE_S3_REGION", "")
+QUOR_FILE_STORE_S3_ACCESS_KEY_ID = env("QUOR_FILE_STORE_S3_ACCESS_KEY_ID", "")
+QUOR_FILE_STORE_S3_SECRET_ACCESS_KEY = env("QUOR_FILE_STORE_S3_SECRET_ACCESS_KEY", "")
+if QUOR_FILE_STORE_S3_BUCKET:
+    QUOR_FILE_STORAGE = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": QUOR_FILE_STORE_S3_BUCKET,
+            "endpoint_url": QUOR_FILE_STORE_S3_ENDPOINT_URL or None,
+            "region_name": QUOR_FILE_STORE_S3_REGION or None,
+            # Empty: boto3's own chain (instance role, AWS_* variables, ~/.aws).
+            "access_key": QUOR_FILE_STORE_S3_ACCESS_KEY_ID or None,
+            "secret_key": QUOR_FILE_STORE_S3_SECRET_ACCESS_KEY or None,
+            # Other S3-compatible servers (MinIO, Ceph, ...) answer on one host name.
+            "addressing_style": "path" if QUOR_FILE_STORE_S3_ENDPOINT_URL else None,
+            "file_overwrite": True,  # keys are unique: no existence check before a write
+        },
+    }
+else:
+    QUOR_FILE_STORAGE = {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": QUOR_FILE_STORE_DIR, "directory_permissions_mode": 0o700},
+    }
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "quor_files": QUOR_FILE_STORAGE,
+}
 
 # Log level of Quor's own loggers.
 QUOR_LOG_LEVEL = env("QUOR_LOG_LEVEL", "INFO")

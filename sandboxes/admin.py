@@ -1,7 +1,10 @@
+from django import forms
 from django.contrib import admin
 
 from quor.admin import OrganizationAdminAccess
-from sandboxes.models import AgentEvent, LibraryFile, Sandbox, Session, Skill
+from quor.lib.errors import CorruptBlob, QuorError
+from sandboxes.models import AgentEvent, Attachment, LibraryFile, Sandbox, Session, Skill
+from sandboxes.skills import clean_skill_files, skill_files, skill_set_files
 
 
 @admin.register(Sandbox)
@@ -28,6 +31,21 @@ class SandboxAdmin(admin.ModelAdmin):
     ]
 
 
+class AttachmentInline(admin.TabularInline):
+    model = Attachment
+    fields = ["name", "size", "created_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="Size")
+    def size(self, obj):
+        return obj.blob.size
+
+
 @admin.register(Session)
 class SessionAdmin(admin.ModelAdmin):
     list_display = ["__str__", "owner", "model_name", "status", "created_at", "finished_at"]
@@ -36,6 +54,7 @@ class SessionAdmin(admin.ModelAdmin):
     list_select_related = ["owner"]
     readonly_fields = ["id", "created_at", "updated_at"]
     raw_id_fields = ["sandbox"]
+    inlines = [AttachmentInline]
 
 
 @admin.register(AgentEvent)
@@ -53,23 +72,60 @@ class AgentEventAdmin(admin.ModelAdmin):
         return False
 
 
+class SkillForm(forms.ModelForm):
+    """The Skill's bundle edited as JSON (relative path → text); saving it stores a new
+    bundle in the file store."""
+
+    files = forms.JSONField(
+        initial=dict,
+        required=False,
+        help_text='Relative path → text content, e.g. {"SKILL.md": "...", "run.py": "..."}.',
+    )
+
+    class Meta:
+        model = Skill
+        fields = ["organization", "name", "description"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not self.instance.pk:
+            return
+        try:
+            files = skill_files(self.instance)
+        except CorruptBlob as exc:  # the admin can enter the files again
+            self.fields["files"].help_text = f"{exc.message} Enter the files again."
+            return
+        self.initial["files"] = {path: data.decode() for path, data in files.items()}
+
+    def clean_files(self):
+        try:
+            return clean_skill_files(self.cleaned_data["files"] or {})
+        except QuorError as exc:
+            raise forms.ValidationError(exc.message) from None
+
+
 @admin.register(Skill)
 class SkillAdmin(OrganizationAdminAccess, admin.ModelAdmin):
     """Skill bundles can contain executable scripts: review them as code before adding."""
 
+    form = SkillForm
     list_display = ["name", "organization", "description", "updated_at"]
     list_filter = ["organization"]
     search_fields = ["name", "description"]
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        skill_set_files(skill=obj, files=form.cleaned_data["files"])
 
 
 @admin.register(LibraryFile)
 class LibraryFileAdmin(admin.ModelAdmin):
     list_display = ["path", "owner", "size", "updated_at"]
     search_fields = ["path", "owner__email"]
-    list_select_related = ["owner"]
+    list_select_related = ["owner", "blob"]
     fields = ["owner", "path", "sha256", "updated_at"]
     readonly_fields = ["sha256", "updated_at"]
 
     @admin.display(description="Size")
     def size(self, obj):
-        return len(obj.content)
+        return obj.blob.size

@@ -2,30 +2,47 @@
 (/workspace/.quor-managed) and linked into each session's directory.
 
 Sync is incremental by content hash: a manifest in the managed area records the hash of
-every file Quor put there, and only files whose hash changed are copied again."""
+every file Quor put there, and only files whose hash changed are read from the file
+store (checked) and copied again."""
 
 import hashlib
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 
+from quor.filestore import blob_read
 from sandboxes.backends import get_backend
 from sandboxes.backends.base import WORKSPACE
 from sandboxes.models import LibraryFile, Session, Skill
 from sandboxes.services import clean_relative_path, session_workspace
+from sandboxes.skills import skill_files
 
 MANAGED = f"{WORKSPACE}/.quor-managed"
 MANIFEST = "manifest.json"
 
 
-def managed_files(session: Session) -> dict[str, bytes]:
-    """Every file the session's user should have: the organization's Skills and the
-    user's library, by path inside the managed area."""
+@dataclass(frozen=True)
+class ManagedFile:
+    sha256: str
+    read: Callable[[], bytes]
+
+
+def managed_files(session: Session) -> dict[str, ManagedFile]:
+    """Every file the session's user should have, by path inside the managed area: the
+    organization's Skills (small bundles, read whole) and the user's library (read
+    only when copied: its rows carry the hash)."""
     files = {}
     organization = session.owner.membership.organization
-    for skill in Skill.objects.filter(organization=organization):
-        for path, content in skill.files.items():
-            files[f"skills/{skill.name}/{clean_relative_path(path)}"] = str(content).encode()
-    for item in LibraryFile.objects.filter(owner=session.owner):
-        files[f"library/{clean_relative_path(item.path)}"] = bytes(item.content)
+    for skill in Skill.objects.filter(organization=organization).select_related("bundle"):
+        for path, content in skill_files(skill).items():
+            files[f"skills/{skill.name}/{path}"] = ManagedFile(
+                hashlib.sha256(content).hexdigest(), partial(bytes, content)
+            )
+    for item in LibraryFile.objects.filter(owner=session.owner).select_related("blob"):
+        files[f"library/{clean_relative_path(item.path)}"] = ManagedFile(
+            item.sha256, partial(blob_read, item.blob)
+        )
     return files
 
 
@@ -37,7 +54,7 @@ def sync_managed_area(*, session: Session) -> dict[str, int]:
     """Copies what changed, removes what went away, links the area into the session."""
     backend, sandbox_id = get_backend(session.sandbox.backend), str(session.sandbox_id)
     wanted = managed_files(session)
-    hashes = {path: hashlib.sha256(data).hexdigest() for path, data in wanted.items()}
+    hashes = {path: file.sha256 for path, file in wanted.items()}
     current = _run(backend, sandbox_id, ["cat", f"{MANAGED}/{MANIFEST}"])
     try:
         known = json.loads(current.stdout) if current.exit_code == 0 else {}
@@ -52,7 +69,8 @@ def sync_managed_area(*, session: Session) -> dict[str, int]:
         ["mkdir", "-p", MANAGED, f"{MANAGED}/skills", f"{MANAGED}/library", *sorted(directories)],
     )
     for path in changed:
-        backend.write_file(sandbox_id, MANAGED, path, [wanted[path]], len(wanted[path]))
+        data = wanted[path].read()
+        backend.write_file(sandbox_id, MANAGED, path, [data], len(data))
     if removed:
         _run(backend, sandbox_id, ["rm", "-f", "--", *(f"{MANAGED}/{path}" for path in removed)])
     manifest = json.dumps(hashes, sort_keys=True).encode()

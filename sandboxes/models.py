@@ -131,6 +131,24 @@ class Session(models.Model):
         return self.title or str(self.id)
 
 
+class Attachment(models.Model):
+    """A file attached to a new session, kept in the file store so that it can be copied
+    into the session's workspace again (a restored sandbox)."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="attachments")
+    name = models.CharField(max_length=255)
+    blob = models.ForeignKey(
+        "quor.StoredBlob", on_delete=models.PROTECT, editable=False, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["session", "created_at", "pk"]
+
+    def __str__(self):
+        return self.name
+
+
 class AgentEvent(models.Model):
     """Something that happened in a session; seq orders a session's events without gaps."""
 
@@ -159,9 +177,14 @@ class Skill(models.Model):
     )
     name = models.SlugField(max_length=100, help_text="Its folder name in the sandbox.")
     description = models.CharField(max_length=500, help_text="Shown to the agent in AGENTS.md.")
-    files = models.JSONField(
-        default=dict,
-        help_text='Relative path → text content, e.g. {"SKILL.md": "...", "run.py": "..."}.',
+    bundle = models.ForeignKey(
+        "quor.StoredBlob",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        editable=False,
+        related_name="+",
+        help_text="Its files: a tar archive in the file store (none: no files).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -183,7 +206,9 @@ class LibraryFile(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="library_files"
     )
     path = models.CharField(max_length=500)
-    content = models.BinaryField()
+    blob = models.ForeignKey(
+        "quor.StoredBlob", on_delete=models.PROTECT, editable=False, related_name="+"
+    )
     sha256 = models.CharField(max_length=64, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 

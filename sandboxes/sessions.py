@@ -11,13 +11,14 @@ from django.utils import timezone
 
 from apps.catalog import catalog_app
 from apps.selectors import apps_for_selection
+from quor.filestore import CHUNK_SIZE, blob_chunks, blob_put
 from quor.lib.errors import Conflict, InvalidInput, QuorError
 from quor.lib.permissions import check_model_access, check_sandbox_access
 from sandboxes import scheduled, services
 from sandboxes.backends import get_backend
 from sandboxes.backends.base import BackendError
 from sandboxes.managed import sync_managed_area
-from sandboxes.models import AgentEvent, Session, Skill
+from sandboxes.models import AgentEvent, Attachment, Session, Skill
 
 # Kinds the agent runtime may report, and the session status each one leaves behind.
 RUNTIME_EVENT_KINDS = {
@@ -135,14 +136,22 @@ def _check_attachments(attachments) -> None:
             )
 
 
-def _copy_attachments(session: Session, attachments) -> None:
-    """Into the session's `attachments/` directory, before the agent starts."""
+def _store_attachments(session: Session, attachments) -> None:
     for upload in attachments:
+        blob = blob_put(upload.chunks(chunk_size=CHUNK_SIZE))
+        Attachment.objects.create(session=session, name=upload.name, blob=blob)
+
+
+def session_attachments_copy(*, session: Session) -> None:
+    """Copies the session's attachments from the file store (checked) into its
+    `attachments/` directory: before a new session's agent starts, and again into a
+    restored sandbox."""
+    for attachment in session.attachments.select_related("blob"):
         services.session_file_write(
             session=session,
-            path=f"attachments/{upload.name}",
-            chunks=upload.chunks(),
-            size=upload.size,
+            path=f"attachments/{attachment.name}",
+            chunks=blob_chunks(attachment.blob),
+            size=attachment.blob.size,
         )
 
 
@@ -151,7 +160,8 @@ def session_create(
     *, user, prompt, model: str, title: str = "", attachments=(), skills=(), apps=()
 ) -> Session:
     """A new session; the agent starts working on the prompt in the background.
-    Attached files are copied into the session's workspace first."""
+    Attached files are kept in the file store and copied into the session's workspace
+    first."""
     check_sandbox_access(user)
     choice = check_model_access(user, model)
     prompt = _clean_message(prompt)
@@ -175,8 +185,9 @@ def session_create(
     )
     session.apps.set(selected_apps)
     if attachments:
+        _store_attachments(session, attachments)
         services.session_workspace_ensure(session=session)
-        _copy_attachments(session, attachments)
+        session_attachments_copy(session=session)
     names = [upload.name for upload in attachments]
     session_events_append(
         session=session, events=[("user_message", {"text": prompt, "attachments": names})]

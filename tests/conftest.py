@@ -331,3 +331,132 @@ def celery_worker(process_env):
     )  # fmt: skip
     yield process
     _stop(process)
+
+
+# --- the file store: a directory of the test's own, or a bucket of a real S3 server -------
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-compatible server (moto_server) on loopback: its endpoint URL. Its own
+    process, so that its memory never counts in a test's measurement of Quor's."""
+    import os
+    import socket
+    import sys
+    from pathlib import Path
+
+    from tests.docker_helpers import wait_for_port
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    moto_server = str(Path(sys.executable).parent / "moto_server")
+    process = _start([moto_server, "-H", "127.0.0.1", "-p", str(port)], os.environ, "moto-s3")
+    wait_for_port("127.0.0.1", port)
+    yield f"http://127.0.0.1:{port}"
+    _stop(process)
+
+
+class LocalFileStore:
+    """The file store in a directory; tests reach behind it to damage or age objects."""
+
+    kind = "local"
+
+    def __init__(self, root):
+        self.root = root
+
+    def keys(self) -> set[str]:
+        return {str(p.relative_to(self.root)) for p in self.root.rglob("*") if p.is_file()}
+
+    def read_raw(self, key: str) -> bytes:
+        return (self.root / key).read_bytes()
+
+    def write_raw(self, key: str, data: bytes, *, hours_old: float = 0) -> None:
+        import os
+        import time
+
+        path = self.root / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        if hours_old:
+            then = time.time() - hours_old * 3600
+            os.utime(path, (then, then))
+
+    def delete_raw(self, key: str) -> None:
+        (self.root / key).unlink()
+
+
+class S3FileStore:
+    """The file store in a bucket of the loopback S3 server. S3 sets an object's time
+    itself, so `hours_old` cannot be honoured: sweeps use `min_age=timedelta(0)`."""
+
+    kind = "s3"
+
+    def __init__(self, client, bucket):
+        self.client = client
+        self.bucket = bucket
+
+    def keys(self) -> set[str]:
+        listing = self.client.list_objects_v2(Bucket=self.bucket)
+        return {entry["Key"] for entry in listing.get("Contents", ())}
+
+    def read_raw(self, key: str) -> bytes:
+        return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+
+    def write_raw(self, key: str, data: bytes, *, hours_old: float = 0) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
+
+    def delete_raw(self, key: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=key)
+
+    def pending_multipart_uploads(self) -> list:
+        return self.client.list_multipart_uploads(Bucket=self.bucket).get("Uploads", [])
+
+
+def _file_store_settings(monkeypatch, environ: dict) -> dict:
+    """The `quor_files` storage that quor/settings.py makes of this environment."""
+    import runpy
+    from pathlib import Path
+
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    settings_file = Path(__file__).resolve().parent.parent / "quor" / "settings.py"
+    return runpy.run_path(str(settings_file))["STORAGES"]["quor_files"]
+
+
+@pytest.fixture
+def local_file_store(settings, tmp_path, monkeypatch):
+    root = tmp_path / "files"
+    storage = _file_store_settings(monkeypatch, {"QUOR_FILE_STORE_DIR": str(root)})
+    settings.STORAGES = {**settings.STORAGES, "quor_files": storage}
+    return LocalFileStore(root)
+
+
+@pytest.fixture
+def s3_file_store(settings, s3_server, monkeypatch):
+    import uuid
+
+    import boto3
+
+    bucket = f"quor-test-{uuid.uuid4().hex[:16]}"
+    credentials = {"aws_access_key_id": "test", "aws_secret_access_key": "test"}
+    client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1", **credentials)
+    client.create_bucket(Bucket=bucket)
+    storage = _file_store_settings(
+        monkeypatch,
+        {
+            "QUOR_FILE_STORE_S3_BUCKET": bucket,
+            "QUOR_FILE_STORE_S3_ENDPOINT_URL": s3_server,
+            "QUOR_FILE_STORE_S3_REGION": "us-east-1",
+            "QUOR_FILE_STORE_S3_ACCESS_KEY_ID": "test",
+            "QUOR_FILE_STORE_S3_SECRET_ACCESS_KEY": "test",
+        },
+    )
+    settings.STORAGES = {**settings.STORAGES, "quor_files": storage}
+    return S3FileStore(client, bucket)
+
+
+@pytest.fixture(params=["local", "s3"])
+def file_store(request):
+    """Runs the test once against a directory and once against the S3 server."""
+    return request.getfixturevalue(f"{request.param}_file_store")

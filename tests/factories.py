@@ -4,8 +4,9 @@ import itertools
 
 from apps.models import App, AppAction, AppCredential
 from quor import services
+from quor.filestore import blob_put
 from quor.models import Membership, ModelProvider, Organization
-from sandboxes.models import AgentEvent, Sandbox, Session
+from sandboxes.models import AgentEvent, Attachment, Sandbox, Session
 
 _counter = itertools.count(1)
 
@@ -56,6 +57,10 @@ def make_session(user, provider=None, **fields) -> Session:
 
 def make_event(session, seq, kind="assistant_text", **payload) -> AgentEvent:
     return AgentEvent.objects.create(session=session, seq=seq, kind=kind, payload=payload)
+
+
+def make_attachment(session, name="notes.txt", content=b"some notes\n") -> Attachment:
+    return Attachment.objects.create(session=session, name=name, blob=blob_put(content))
 
 
 def make_app(organization, *, actions=(), credential=None, **fields) -> App:

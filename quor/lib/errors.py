@@ -49,6 +49,15 @@ class Conflict(QuorError):
     code = "conflict"
 
 
+class CorruptBlob(QuorError):
+    """What the file store read differs from what it committed (size or sha256), or the
+    object is gone: the data must not be used."""
+
+    status = 500
+    code = "filestore.corrupt_blob"
+    default_message = "A stored file is missing or damaged."
+
+
 def error_body(code: str, message: str, fields=None) -> dict:
     error = {"code": code, "message": message}
     if fields:

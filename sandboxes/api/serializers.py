@@ -166,4 +166,4 @@ class LibraryFileSerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField()
 
     def get_size(self, item) -> int:
-        return len(item.content)
+        return item.blob.size

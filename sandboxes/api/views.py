@@ -319,7 +319,8 @@ class LibraryView(APIView):
 
     @extend_schema(responses=LibraryFileSerializer(many=True))
     def get(self, request):
-        return Response(LibraryFileSerializer(request.user.library_files.all(), many=True).data)
+        items = request.user.library_files.select_related("blob")
+        return Response(LibraryFileSerializer(items, many=True).data)
 
     @extend_schema(
         parameters=[PATH],
@@ -327,12 +328,12 @@ class LibraryView(APIView):
         responses={201: LibraryFileSerializer},
     )
     def put(self, request):
-        """Stores the raw body as the library file at `path` (replacing it)."""
+        """Stores the raw body as the library file at `path` (replacing it), streamed."""
         size = int(request.META.get("CONTENT_LENGTH") or 0)
         item = library.library_file_put(
             user=request.user,
             path=request.query_params.get("path", ""),
-            content=b"".join(_body_chunks(request.data, size)),
+            content=_body_chunks(request.data, size),
         )
         return Response(LibraryFileSerializer(item).data, status=status.HTTP_201_CREATED)
 

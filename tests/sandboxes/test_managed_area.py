@@ -2,9 +2,8 @@
 
 import pytest
 
-from sandboxes import library, services
+from sandboxes import library, services, skills
 from sandboxes.managed import sync_managed_area
-from sandboxes.models import Skill
 from sandboxes.sessions import agents_md
 from tests import factories
 
@@ -14,7 +13,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.django_db]
 def test_skills_and_library_sync_incrementally_and_appear_in_the_session(
     running_sandbox, owner, org
 ):
-    skill = Skill.objects.create(
+    skill = skills.skill_create(
         organization=org, name="report", description="Writes the weekly report.",
         files={"SKILL.md": "# Report\\nRun make_report.py", "make_report.py": "print('report')"},
     )  # fmt: skip
@@ -24,8 +23,7 @@ def test_skills_and_library_sync_incrementally_and_appear_in_the_session(
 
     assert sync_managed_area(session=session) == {"copied": 3, "unchanged": 0, "removed": 0}
     assert sync_managed_area(session=session) == {"copied": 0, "unchanged": 3, "removed": 0}
-    skill.files = {"SKILL.md": "# Report v2"}
-    skill.save()
+    skills.skill_set_files(skill=skill, files={"SKILL.md": "# Report v2"})
     assert sync_managed_area(session=session) == {"copied": 1, "unchanged": 1, "removed": 1}
 
     ws = services.session_workspace(session)

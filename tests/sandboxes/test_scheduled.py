@@ -150,7 +150,7 @@ def test_a_member_without_sandbox_access_cannot_create_a_task(owner, model_id):
 
 @pytest.mark.django_db
 def test_a_new_task_stores_everything_and_its_next_run_in_utc(make_task, github, slack, org):
-    Skill.objects.create(organization=org, name="report", description="Reports", files={})
+    Skill.objects.create(organization=org, name="report", description="Reports")
     task = make_task(
         cron=" 0  9 * * 1-5 ",
         timezone="Europe/Paris",
