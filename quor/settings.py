@@ -279,13 +279,12 @@ if QUOR_FILE_STORE_S3_BUCKET:
             "secret_key": QUOR_FILE_STORE_S3_SECRET_ACCESS_KEY or None,
             # Other S3-compatible servers (MinIO, Ceph, ...) answer on one host name.
             "addressing_style": "path" if QUOR_FILE_STORE_S3_ENDPOINT_URL else None,
-            "file_overwrite": True,  # keys are unique: no existence check before a write
         },
     }
 else:
     QUOR_FILE_STORAGE = {
         "BACKEND": "django.core.files.storage.FileSystemStorage",
-        "OPTIONS": {"location": QUOR_FILE_STORE_DIR, "directory_permissions_mode": 0o700},
+        "OPTIONS": {"location": QUOR_FILE_STORE_DIR},
     }
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
