@@ -175,7 +175,8 @@ CELERY_TASK_ROUTES = {
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
-    "mark-idle-sandboxes": {"task": "sandboxes.tasks.mark_idle_sandboxes", "schedule": 60.0},
+    "sleep-idle-sandboxes": {"task": "sandboxes.tasks.sleep_idle_sandboxes", "schedule": 60.0},
+    "reconcile-sandboxes": {"task": "sandboxes.tasks.reconcile_sandboxes", "schedule": 300.0},
     # Starts due scheduled tasks: on the default queue, not behind slow sandbox work;
     # dropped if not picked up within 25 s (django-celery-beat's name for `expires`).
     "run-scheduled-tasks": {
@@ -215,6 +216,8 @@ QUOR_EXEC_DEFAULT_TIMEOUT = envint("QUOR_EXEC_DEFAULT_TIMEOUT", 120)
 QUOR_EXEC_MAX_TIMEOUT = envint("QUOR_EXEC_MAX_TIMEOUT", 3600)
 # A running sandbox with no activity for this long is marked idle (seconds).
 QUOR_SANDBOX_IDLE_SECONDS = envint("QUOR_SANDBOX_IDLE_SECONDS", 30 * 60)
+# Snapshots kept per sandbox (sleep and wake only; older ones are deleted).
+QUOR_SNAPSHOT_KEEP = envint("QUOR_SNAPSHOT_KEEP", 2)
 # URL at which sandboxes reach Quor's API (through the egress proxy, the one private
 # destination always allowed, exact host and port).
 QUOR_SANDBOX_API_URL = env("QUOR_SANDBOX_API_URL", "http://127.0.0.1:8000")

@@ -30,7 +30,9 @@ class Sandbox(models.Model):
         ABSENT = "absent", "Absent"
         PROVISIONING = "provisioning", "Provisioning"
         RUNNING = "running", "Running"
-        IDLE = "idle", "Idle"
+        SNAPSHOTTING = "snapshotting", "Going to sleep"
+        SLEEPING = "sleeping", "Sleeping"
+        RESTORING = "restoring", "Waking up"
         STOPPING = "stopping", "Stopping"
         STOPPED = "stopped", "Stopped"
         FAILED = "failed", "Failed"
@@ -77,6 +79,33 @@ class Sandbox(models.Model):
 
     def __str__(self):
         return f"sandbox of {self.user}"
+
+
+class Snapshot(models.Model):
+    """A sleeping sandbox's workspace (compressed tar, without the managed area) in the
+    file store. For sleep and wake only, not version history: the newest
+    QUOR_SNAPSHOT_KEEP good ones are kept."""
+
+    class Status(models.TextChoices):
+        GOOD = "good", "Good"
+        DAMAGED = "damaged", "Damaged"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    sandbox = models.ForeignKey(Sandbox, on_delete=models.CASCADE, related_name="snapshots")
+    blob = models.ForeignKey("quor.StoredBlob", on_delete=models.PROTECT, related_name="+")
+    size = models.BigIntegerField(help_text="Compressed bytes in the file store.")
+    sha256 = models.CharField(max_length=64)
+    workspace_bytes = models.BigIntegerField(help_text="Bytes of the uncompressed archive.")
+    image_ref = models.CharField(max_length=200, blank=True, help_text="Image the runtime ran.")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.GOOD)
+    problem = models.TextField(blank=True, help_text="Why it is damaged.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["sandbox", "-created_at"]
+
+    def __str__(self):
+        return f"snapshot of {self.sandbox_id} at {self.created_at:%Y-%m-%d %H:%M}"
 
 
 class Session(models.Model):

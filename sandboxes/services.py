@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from egress.ca import ensure_ca
 from egress.decisions import API_ALIAS, SANDBOX_PRINCIPAL, SESSION_PRINCIPAL_PREFIX
-from quor.lib.errors import InvalidInput, QuorError
+from quor.lib.errors import CorruptBlob, InvalidInput, QuorError
 from quor.lib.permissions import check_sandbox_access
 from sandboxes.backends import get_backend
 from sandboxes.backends.base import (
@@ -31,13 +31,35 @@ from sandboxes.backends.base import (
     RuntimeMissing,
     SandboxSpec,
 )
-from sandboxes.models import Sandbox, Session, hash_token, new_secret_token
+from sandboxes.models import Sandbox, Session, Snapshot, hash_token, new_secret_token
+from sandboxes.selectors import is_uuid
+from sandboxes.snapshots import (
+    SnapshotDamaged,
+    good_snapshots,
+    snapshot_mark_damaged,
+    snapshot_restore,
+    snapshot_take,
+    snapshots_delete,
+    snapshots_prune,
+)
+from sandboxes.tarstream import ArchiveError
 
 
 class SandboxUnavailable(QuorError):
     status = 503
     code = "sandboxes.unavailable"
     default_message = "The sandbox could not be started."
+
+
+class SnapshotFailed(QuorError):
+    status = 503
+    code = "sandboxes.snapshot_failed"
+    default_message = "The sandbox could not be put to sleep; it keeps running."
+
+
+# A runtime exists and holds the workspace in these states. SNAPSHOTTING too: the
+# runtime is removed only after the state says SLEEPING.
+RUNTIME_STATES = (Sandbox.State.RUNNING, Sandbox.State.SNAPSHOTTING)
 
 
 # --- lifecycle ---------------------------------------------------------------------
@@ -82,7 +104,7 @@ def stop_agent_process(*, session: Session) -> None:
     """SIGTERM to the session's agent runtime, if it runs (the pattern is anchored so it
     matches the runtime only, not this command's own wrapper)."""
     sandbox = session.sandbox
-    if sandbox.state not in (Sandbox.State.RUNNING, Sandbox.State.IDLE):
+    if sandbox.state not in RUNTIME_STATES:
         return
     pattern = f"^python3 /opt/quor/agent.py --session-id {session.pk}"
     try:
@@ -160,7 +182,9 @@ def sandbox_ensure_running(sandbox: Sandbox, *, for_session: Session | None = No
     with sandbox_lock(sandbox.pk):
         sandbox.refresh_from_db()
         backend = get_backend(sandbox.backend)
-        if sandbox.state in (Sandbox.State.RUNNING, Sandbox.State.IDLE):
+        if sandbox.state in (Sandbox.State.SLEEPING, Sandbox.State.RESTORING):
+            return _wake(sandbox, backend)
+        if sandbox.state in RUNTIME_STATES:  # SNAPSHOTTING: a sleep that died half-way
             status = backend.status(str(sandbox.pk))
             if status.running and not _should_upgrade(sandbox, status, backend, for_session):
                 _set_state(sandbox, Sandbox.State.RUNNING, last_activity_at=timezone.now())
@@ -168,41 +192,145 @@ def sandbox_ensure_running(sandbox: Sandbox, *, for_session: Session | None = No
             if status.exists:
                 # A new image: replace the runtime, keep the workspace.
                 backend.destroy(str(sandbox.pk), remove_workspace=False)
-        # A new runtime gets a new Quor credential; the old one stops working now.
-        credential = new_secret_token()
-        _set_state(
-            sandbox,
-            Sandbox.State.PROVISIONING,
-            failure_reason="",
-            runtime_credential=credential,
-            runtime_credential_hash=hash_token(credential),
-        )
-        try:
-            status = backend.ensure(sandbox_spec_for(sandbox, backend.prepare_network()))
-        except BackendError as exc:
-            _set_state(sandbox, Sandbox.State.FAILED, failure_reason=str(exc))
-            raise SandboxUnavailable(f"The sandbox could not be started: {exc}") from exc
-        except Exception as exc:  # never leave the row "provisioning" for good
-            _set_state(sandbox, Sandbox.State.FAILED, failure_reason=f"Internal error: {exc!r}")
-            raise
-        _set_state(
-            sandbox,
-            Sandbox.State.RUNNING,
-            runtime_id=status.runtime_id,
-            image_ref=status.image_ref,
-            network_address=status.network_address or None,
-            last_activity_at=timezone.now(),
-        )
+        _set_state(sandbox, Sandbox.State.PROVISIONING, failure_reason="", **_new_credential())
+        _record_runtime(sandbox, _start_runtime(sandbox, backend))
     return sandbox
 
 
-def sandboxes_mark_idle() -> int:
-    """Running sandboxes without activity for QUOR_SANDBOX_IDLE_SECONDS become idle.
-    A conditional UPDATE, so running it twice (or concurrently) is harmless."""
-    cutoff = timezone.now() - timedelta(seconds=settings.QUOR_SANDBOX_IDLE_SECONDS)
-    return Sandbox.objects.filter(state=Sandbox.State.RUNNING, last_activity_at__lt=cutoff).update(
-        state=Sandbox.State.IDLE, updated_at=timezone.now()
+def _new_credential() -> dict:
+    """A new runtime gets a new Quor credential; the old one stops working now."""
+    credential = new_secret_token()
+    return {"runtime_credential": credential, "runtime_credential_hash": hash_token(credential)}
+
+
+def _start_runtime(sandbox: Sandbox, backend):
+    try:
+        return backend.ensure(sandbox_spec_for(sandbox, backend.prepare_network()))
+    except BackendError as exc:
+        _set_state(sandbox, Sandbox.State.FAILED, failure_reason=str(exc))
+        raise SandboxUnavailable(f"The sandbox could not be started: {exc}") from exc
+    except Exception as exc:  # never leave the row "provisioning" or "restoring" for good
+        _set_state(sandbox, Sandbox.State.FAILED, failure_reason=f"Internal error: {exc!r}")
+        raise
+
+
+def _record_runtime(sandbox: Sandbox, status, **fields) -> None:
+    _set_state(
+        sandbox,
+        Sandbox.State.RUNNING,
+        runtime_id=status.runtime_id,
+        image_ref=status.image_ref,
+        network_address=status.network_address or None,
+        last_activity_at=timezone.now(),
+        **fields,
     )
+
+
+# --- sleep and wake ----------------------------------------------------------------
+
+
+def sandbox_is_idle(sandbox: Sandbox) -> bool:
+    """No agent working and no activity (API, WebSocket, web app) for
+    QUOR_SANDBOX_IDLE_SECONDS."""
+    cutoff = timezone.now() - timedelta(seconds=settings.QUOR_SANDBOX_IDLE_SECONDS)
+    quiet_since = sandbox.last_activity_at or sandbox.updated_at
+    working = sandbox.sessions.filter(status__in=(Session.Status.PENDING, Session.Status.RUNNING))
+    return quiet_since < cutoff and not working.exists()
+
+
+def sandbox_touch(sandbox_id) -> None:
+    """Records activity on the sandbox (at most one write a minute)."""
+    now = timezone.now()
+    Sandbox.objects.filter(pk=sandbox_id, last_activity_at__lt=now - timedelta(seconds=60)).update(
+        last_activity_at=now
+    )
+
+
+def sandboxes_sleep_idle() -> list[str]:
+    """Enqueues a sleep for every running sandbox that looks idle; the task checks
+    again under the sandbox's lock. A SNAPSHOTTING one is a sleep that died half-way."""
+    from sandboxes import tasks
+
+    cutoff = timezone.now() - timedelta(seconds=settings.QUOR_SANDBOX_IDLE_SECONDS)
+    candidates = [
+        str(pk)
+        for pk in Sandbox.objects.filter(
+            state__in=RUNTIME_STATES, last_activity_at__lt=cutoff
+        ).values_list("pk", flat=True)
+    ]
+    for sandbox_id in candidates:
+        transaction.on_commit(lambda sandbox_id=sandbox_id: tasks.sleep_sandbox.delay(sandbox_id))
+    return candidates
+
+
+def sandbox_sleep(*, sandbox: Sandbox, force: bool = False) -> Snapshot | None:
+    """Snapshots the workspace to the file store, then removes the runtime. Only when
+    idle, unless forced (an operator). Returns the snapshot, or None if there was
+    nothing to do. The state says SLEEPING only once a verified snapshot is recorded,
+    and the runtime goes only after that: a crash anywhere leaves a running sandbox
+    with its data, or a sleeping one with a good snapshot."""
+    with sandbox_lock(sandbox.pk):
+        sandbox.refresh_from_db()
+        if sandbox.state not in RUNTIME_STATES or not (force or sandbox_is_idle(sandbox)):
+            return None
+        backend = get_backend(sandbox.backend)
+        if not backend.status(str(sandbox.pk)).running:
+            return None  # nothing to snapshot; reconciliation deals with the row
+        _set_state(sandbox, Sandbox.State.SNAPSHOTTING)
+        try:
+            snapshot = snapshot_take(sandbox, backend)
+        except (ArchiveError, SnapshotDamaged, CorruptBlob, BackendError, OSError) as exc:
+            _set_state(sandbox, Sandbox.State.RUNNING, failure_reason=f"Could not sleep: {exc}")
+            raise SnapshotFailed(f"The sandbox could not be put to sleep: {exc}") from exc
+        _set_state(
+            sandbox,
+            Sandbox.State.SLEEPING,
+            runtime_id="",
+            network_address=None,
+            failure_reason="",
+            runtime_credential="",
+            runtime_credential_hash="",
+        )
+        backend.destroy(str(sandbox.pk), remove_workspace=True)
+        snapshots_prune(sandbox)
+    return snapshot
+
+
+def _wake(sandbox: Sandbox, backend) -> Sandbox:
+    """A new runtime with the newest good snapshot in its workspace (an older one if
+    that is damaged), then Skills, Library and web apps. Always from a fresh runtime,
+    so a wake that died half-way is simply done again."""
+    _set_state(sandbox, Sandbox.State.RESTORING, failure_reason="", **_new_credential())
+    backend.destroy(str(sandbox.pk), remove_workspace=True)
+    damaged = []
+    for snapshot in good_snapshots(sandbox):
+        status = _start_runtime(sandbox, backend)
+        try:
+            snapshot_restore(snapshot, backend)
+        except (SnapshotDamaged, CorruptBlob) as exc:
+            snapshot_mark_damaged(snapshot, str(exc))
+            damaged.append(
+                f"the snapshot of {snapshot.created_at:%Y-%m-%d %H:%M} is damaged ({exc})"
+            )
+            backend.destroy(str(sandbox.pk), remove_workspace=True)
+            continue
+        _record_runtime(sandbox, status, failure_reason="; ".join(damaged))
+        _after_wake(sandbox)
+        return sandbox
+    problem = "; ".join(damaged) or "it has no snapshot"
+    _set_state(sandbox, Sandbox.State.FAILED, failure_reason=f"Could not wake up: {problem}.")
+    raise SandboxUnavailable(f"The sandbox could not be woken up: {problem}.")
+
+
+def _after_wake(sandbox: Sandbox) -> None:
+    """Skills and Library back in the managed area; web apps' servers started again."""
+    from sandboxes.managed import sync_managed_area
+    from webapps.services import webapps_restart
+
+    latest = sandbox.sessions.order_by("-created_at").first()
+    if latest is not None:
+        sync_managed_area(session=latest)
+    webapps_restart(sandbox)
 
 
 def _should_upgrade(sandbox: Sandbox, status, backend, for_session) -> bool:
@@ -220,7 +348,7 @@ def sandbox_refresh_state(sandbox: Sandbox) -> Sandbox:
     """Notices a runtime that disappeared behind Quor's back instead of trusting the row."""
     with sandbox_lock(sandbox.pk):
         sandbox.refresh_from_db()
-        if sandbox.state in (Sandbox.State.RUNNING, Sandbox.State.IDLE):
+        if sandbox.state in RUNTIME_STATES:
             status = get_backend(sandbox.backend).status(str(sandbox.pk))
             if not status.running:
                 _set_state(
@@ -234,7 +362,7 @@ def sandbox_refresh_state(sandbox: Sandbox) -> Sandbox:
 def sandbox_stop(*, sandbox: Sandbox) -> Sandbox:
     with sandbox_lock(sandbox.pk):
         sandbox.refresh_from_db()
-        if sandbox.state in (Sandbox.State.ABSENT, Sandbox.State.STOPPED):
+        if sandbox.state in (Sandbox.State.ABSENT, Sandbox.State.STOPPED, Sandbox.State.SLEEPING):
             return sandbox
         _set_state(sandbox, Sandbox.State.STOPPING)
         get_backend(sandbox.backend).stop(str(sandbox.pk))
@@ -243,11 +371,17 @@ def sandbox_stop(*, sandbox: Sandbox) -> Sandbox:
 
 
 def sandbox_destroy(*, sandbox: Sandbox, remove_workspace: bool = True) -> Sandbox:
-    """Removes the runtime (and the workspace, by default). The row stays, absent,
-    so that its sessions keep their history."""
+    """Removes the runtime (and the workspace, by default: a sleeping sandbox's
+    workspace is its snapshots). The row stays, absent, so that its sessions keep their
+    history."""
     with sandbox_lock(sandbox.pk):
+        sandbox.refresh_from_db()
+        if sandbox.state == Sandbox.State.SLEEPING and not remove_workspace:
+            return sandbox
         _set_state(sandbox, Sandbox.State.STOPPING)
         get_backend(sandbox.backend).destroy(str(sandbox.pk), remove_workspace=remove_workspace)
+        if remove_workspace:
+            snapshots_delete(sandbox)
         _set_state(
             sandbox,
             Sandbox.State.ABSENT,
@@ -455,3 +589,119 @@ def session_file_write(*, session: Session, path: str, chunks: Iterable[bytes], 
         return backend.write_file(sandbox_id, session_workspace(session), relpath, chunks, size)
     except FileRefused as exc:
         raise _file_error(exc) from None
+
+
+# --- reconciliation ----------------------------------------------------------------------
+
+
+@contextmanager
+def sandbox_try_lock(sandbox_id):
+    """Like sandbox_lock, but yields False at once when someone holds it."""
+    key = f"quor-sandbox:{sandbox_id}"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [key])
+        locked = cursor.fetchone()[0]
+    try:
+        yield locked
+    finally:
+        if locked:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [key])
+
+
+@dataclass
+class Reconciliation:
+    """What `sandboxes_reconcile` found and did (or, with dry_run, would do)."""
+
+    actions: list[str]
+
+
+# Nobody works on a sandbox in these states without holding its lock: found unlocked,
+# the step died half-way.
+HALF_DONE = (
+    Sandbox.State.PROVISIONING,
+    Sandbox.State.SNAPSHOTTING,
+    Sandbox.State.RESTORING,
+    Sandbox.State.STOPPING,
+)
+
+
+def sandboxes_reconcile(*, dry_run: bool = False) -> Reconciliation:
+    """Compares the runtime instances and workspaces carrying this deployment's labels
+    with the database, and repairs what differs: an instance or workspace with no live
+    row is removed; a row that claims a runtime that is gone is corrected to what is
+    there (re-created on demand); a step that died half-way is put back. Each sandbox is
+    re-checked under its lock; one being worked on is left alone. Safe to run any time."""
+    backend = get_backend(settings.QUOR_SANDBOX_BACKEND)
+    instances = {instance.sandbox_id: instance for instance in backend.list_instances()}
+    workspaces = set(backend.list_workspaces())
+    known = {
+        str(pk)
+        for pk in Sandbox.objects.filter(
+            pk__in=[i for i in instances.keys() | workspaces if is_uuid(i)]
+        ).values_list("pk", flat=True)
+    }
+    actions = []
+    for sandbox_id in sorted((instances.keys() | workspaces) - known):
+        actions.append(f"{sandbox_id}: no sandbox row; runtime and workspace removed")
+        if not dry_run:
+            backend.destroy(sandbox_id, remove_workspace=True)
+    rows = Sandbox.objects.exclude(state__in=(Sandbox.State.ABSENT, Sandbox.State.STOPPED))
+    rows = rows | Sandbox.objects.filter(pk__in=[i for i in instances if i in known])
+    for sandbox in rows.distinct():
+        action = _reconcile_one(sandbox, backend, dry_run=dry_run)
+        if action:
+            actions.append(f"{sandbox.pk}: {action}")
+    return Reconciliation(actions=actions)
+
+
+def _reconcile_one(sandbox: Sandbox, backend, *, dry_run: bool) -> str:
+    with sandbox_try_lock(sandbox.pk) as locked:
+        if not locked:
+            return ""
+        sandbox.refresh_from_db()
+        state, status = sandbox.state, backend.status(str(sandbox.pk))
+        if state == Sandbox.State.SLEEPING and status.exists:
+            action = "sleeping, but its runtime was still there: removed"
+            if not dry_run:
+                backend.destroy(str(sandbox.pk), remove_workspace=True)
+            return action
+        if state == Sandbox.State.ABSENT and status.exists:
+            if not dry_run:
+                backend.destroy(str(sandbox.pk), remove_workspace=False)
+            return "absent, but a runtime was there: removed (workspace kept)"
+        if state == Sandbox.State.RESTORING:
+            if not dry_run:
+                backend.destroy(str(sandbox.pk), remove_workspace=True)
+                _set_state(sandbox, Sandbox.State.SLEEPING, runtime_id="", network_address=None)
+            return "a wake died half-way: sleeping again (the next visit wakes it)"
+        if state in (*RUNTIME_STATES, *HALF_DONE) and status.running:
+            if state == Sandbox.State.RUNNING:
+                return ""
+            if not dry_run:
+                _set_state(sandbox, Sandbox.State.RUNNING, failure_reason="")
+            return f"{state} with its runtime running: running"
+        if state in (*RUNTIME_STATES, *HALF_DONE):
+            gone = _state_without_runtime(sandbox, backend, status)
+            if not dry_run:
+                _set_state(
+                    sandbox,
+                    gone,
+                    runtime_id="" if gone != Sandbox.State.STOPPED else sandbox.runtime_id,
+                    network_address=None,
+                    failure_reason=f"Its runtime was found {status.detail}; recorded as {gone}.",
+                )
+            return f"{state}, but its runtime is {status.detail}: now {gone} (re-created on demand)"
+        return ""
+
+
+def _state_without_runtime(sandbox: Sandbox, backend, status) -> str:
+    """Stopped if the instance is there; absent if its workspace is (a new runtime gets
+    it back); sleeping if only a snapshot is left; else absent (a new, empty one)."""
+    if status.exists:
+        return Sandbox.State.STOPPED
+    if backend.workspace_exists(str(sandbox.pk)):
+        return Sandbox.State.ABSENT
+    if good_snapshots(sandbox).exists():
+        return Sandbox.State.SLEEPING
+    return Sandbox.State.ABSENT

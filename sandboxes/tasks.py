@@ -1,9 +1,18 @@
-"""Celery tasks: thin, idempotent, by id. Enqueued with transaction.on_commit."""
+"""Celery tasks: thin, idempotent, by id. Enqueued with transaction.on_commit.
+
+Lifecycle tasks acknowledge late: a worker killed in the middle leaves the message to be
+delivered again, and the work starts over from what PostgreSQL says."""
+
+import logging
 
 from celery import shared_task
+from celery.signals import worker_ready
 
 from sandboxes import services
+from sandboxes.backends.base import BackendError
 from sandboxes.models import Sandbox
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(acks_late=True)
@@ -18,8 +27,38 @@ def ensure_sandbox(sandbox_id: str) -> None:
 
 
 @shared_task
-def mark_idle_sandboxes() -> None:
-    services.sandboxes_mark_idle()
+def sleep_idle_sandboxes() -> None:
+    services.sandboxes_sleep_idle()
+
+
+@shared_task(acks_late=True)
+def sleep_sandbox(sandbox_id: str) -> None:
+    """Idle sandboxes only: checked again under the sandbox's lock."""
+    sandbox = Sandbox.objects.filter(pk=sandbox_id).first()
+    if sandbox is None:
+        return
+    try:
+        services.sandbox_sleep(sandbox=sandbox)
+    except services.SnapshotFailed as exc:
+        logger.warning("sandbox %s: %s", sandbox_id, exc)  # recorded on the row; retried
+
+
+@shared_task(acks_late=True)
+def reconcile_sandboxes() -> None:
+    try:
+        found = services.sandboxes_reconcile()
+    except BackendError as exc:
+        logger.warning("reconciliation skipped: %s", exc)
+        return
+    for action in found.actions:
+        logger.warning("reconciliation: %s", action)
+
+
+@worker_ready.connect
+def reconcile_at_worker_start(sender, **kwargs):
+    """A worker that starts (after a crash too) has the runtimes compared with the
+    database before it takes other work from the sandboxes queue."""
+    reconcile_sandboxes.delay()
 
 
 @shared_task

@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 ACCESS_CACHE_SECONDS = 5.0
 ACCESS_CACHE_ENTRIES = 10_000
 CONNECT_TIMEOUT = 10
+# A sleeping sandbox's app: the "waking up" page reloads itself after this long.
+WAKING_RETRY_SECONDS = 3
 # A viewer connection with no request for this long is closed.
 VIEWER_IDLE_SECONDS = 60
 # Kept-alive connections to app servers: at most this many idle per app, each for this
@@ -74,8 +76,9 @@ def _webapp_for(user_id, label):
     try:
         webapp = services.get_webapp_for_viewer(user, label)
     except NotFound:
-        return None, None
-    return webapp, services.upstream_address(webapp)
+        return None, None, False
+    waking = services.webapp_opened(webapp)
+    return webapp, services.upstream_address(webapp), waking
 
 
 def _remember(cache: dict, key, value, now: float) -> None:
@@ -97,7 +100,7 @@ def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
 
 
-def _page(status: int, message: str, location: str | None = None) -> tuple[list, bytes]:
+def _page(status: int, message: str, location=None, refresh=None) -> tuple[list, bytes]:
     body = (
         "<!doctype html><meta charset=utf-8><title>Quor web app</title>"
         f"<p>{html.escape(message)}</p>"
@@ -110,6 +113,8 @@ def _page(status: int, message: str, location: str | None = None) -> tuple[list,
     ]
     if location:
         headers.append(("location", location))
+    if refresh:  # the page reloads itself (browsers follow Refresh), clients may retry
+        headers += [("refresh", str(refresh)), ("retry-after", str(refresh))]
     return headers, body
 
 
@@ -219,7 +224,8 @@ class WebAppProxy:
         return cached[1] if cached and cached[0] > time.monotonic() else None
 
     async def access(self, user_id: int, label: str) -> tuple:
-        """(web app, upstream address) if the viewer may open it, else (None, None)."""
+        """(web app, upstream address, waking) if the viewer may open it, else
+        (None, None, False). Asking is activity on the app's sandbox, and wakes it."""
         found = self.cached_access(user_id, label)
         if found is None:
             found = await _webapp_for(user_id, label)
@@ -529,9 +535,12 @@ class ViewerConnection(asyncio.Protocol):
     async def check_access(self, request, user_id, label):
         self.proceed(request, label, *await self.proxy.access(user_id, label))
 
-    def proceed(self, request: Request, label: str, webapp, address) -> None:
+    def proceed(self, request: Request, label: str, webapp, address, waking) -> None:
         if webapp is None:
             return self.reply(request, 404, "There is no such app, or it is not shared with you.")
+        if address is None and waking:
+            message = "This app is waking up with its sandbox. The page reloads by itself."
+            return self.reply(request, 503, message, refresh=WAKING_RETRY_SECONDS)
         if address is None:
             message = "This app is not running. Open its session in Quor to start it again."
             return self.reply(request, 503, message)
@@ -588,8 +597,10 @@ class ViewerConnection(asyncio.Protocol):
 
     # --- answering ---------------------------------------------------------------------------
 
-    def reply(self, request: Request, status: int, message: str, *, location=None, close=False):
-        headers, body = _page(status, message, location)
+    def reply(
+        self, request, status: int, message: str, *, location=None, refresh=None, close=False
+    ):
+        headers, body = _page(status, message, location, refresh)
         self.respond(request, status, headers, body, close=close)
 
     def respond(self, request: Request, status: int, headers, body: bytes, *, close=False):

@@ -3,6 +3,7 @@ origin to the app's own origin (a short-lived signed hand-off, then a cookie sco
 that app's host only)."""
 
 import functools
+import logging
 from dataclasses import dataclass
 from urllib.parse import urlencode, urlsplit
 
@@ -11,8 +12,11 @@ from django.core import signing
 from django.db import transaction
 
 from quor.lib.errors import InvalidInput, NotFound
+from sandboxes.backends import get_backend
 from sandboxes.models import Sandbox, Session
 from webapps.models import WebApp
+
+logger = logging.getLogger(__name__)
 
 HANDOFF_SALT = "quor.webapps.handoff"
 VIEWER_SALT = "quor.webapps.viewer"
@@ -20,7 +24,11 @@ HANDOFF_SECONDS = 60
 HANDOFF_PATH = "/__quor/handoff"
 VIEWER_COOKIE = "quor_webapp"
 MAX_COMMAND_CHARS = 2000
-RUNTIME_STATES = (Sandbox.State.RUNNING, Sandbox.State.IDLE)
+# Opening an app of a sandbox in these states wakes it (a sleep under way ends first).
+WAKING_STATES = (Sandbox.State.SNAPSHOTTING, Sandbox.State.SLEEPING, Sandbox.State.RESTORING)
+# How a restarted server is started: as the agent's tool did, in a session of its own,
+# its output appended to the app's log.
+RESTART_SCRIPT = 'setsid bash -lc "$1" >>"$2" 2>&1 </dev/null & exit 0'
 
 
 @dataclass(frozen=True)
@@ -213,6 +221,59 @@ def upstream_address(webapp: WebApp) -> tuple[str, int] | None:
     """Where the app server listens (the sandbox's bridge address), or None when the
     sandbox is not running."""
     sandbox = webapp.session.sandbox
-    if sandbox.state not in RUNTIME_STATES or not sandbox.network_address:
+    if sandbox.state != Sandbox.State.RUNNING or not sandbox.network_address:
         return None
     return sandbox.network_address, webapp.port
+
+
+def webapp_opened(webapp: WebApp) -> bool:
+    """A viewer is using the app: that is activity on its sandbox, and a sleeping
+    sandbox wakes up. True while it is waking."""
+    from sandboxes import services as sandboxes
+    from sandboxes import tasks
+
+    sandbox = webapp.session.sandbox
+    if sandbox.state in WAKING_STATES:
+        transaction.on_commit(lambda: tasks.ensure_sandbox.delay(str(sandbox.pk)))
+        return True
+    sandboxes.sandbox_touch(sandbox.pk)
+    return False
+
+
+def _log_name(webapp: WebApp) -> str:
+    return f".quor/webapp-{webapp.port}.log"  # where the agent's tool writes it
+
+
+def webapps_restart(sandbox: Sandbox) -> list[WebApp]:
+    """After a wake: every running web app's command again, in its session's directory,
+    with the session's proxy identity. A command that fails to start is logged; its app
+    then answers 502 until the agent starts it again."""
+    from sandboxes import services as sandboxes
+    from sandboxes.sessions import app_token_placeholders
+
+    backend = get_backend(sandbox.backend)
+    webapps = WebApp.objects.filter(session__sandbox=sandbox, status=WebApp.Status.RUNNING)
+    for webapp in webapps.select_related("session"):
+        session = webapp.session
+        result = backend.exec(
+            str(sandbox.pk),
+            [
+                "bash",
+                "-c",
+                RESTART_SCRIPT,
+                "bash",
+                webapp.command,
+                f".quor/webapp-{webapp.port}.log",
+            ],
+            cwd=sandboxes.session_workspace(session),
+            env={**sandboxes.session_proxy_environment(session), **app_token_placeholders(session)},
+            timeout_s=30,
+            output_limit=4096,
+        )
+        if result.exit_code != 0:
+            logger.warning(
+                "web app %s could not be started again: %s",
+                webapp.label,
+                result.stderr.decode(errors="replace")[-300:],
+            )
+    return list(webapps)

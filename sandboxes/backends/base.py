@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 SANDBOX_UID = 1000
 WORKSPACE = "/workspace"
 SESSIONS_DIR = "/workspace/sessions"
+# Skills and the User Library, written by Quor (sandboxes/managed.py); not in snapshots.
+MANAGED_AREA = ".quor-managed"
 FS_HELPER = ["python3", "/opt/quor/quor_fs.py"]
 
 
@@ -135,6 +137,13 @@ class SandboxBackend:
         raise NotImplementedError
 
     def list_instances(self) -> list[RuntimeInstance]:
+        raise NotImplementedError
+
+    def list_workspaces(self) -> list[str]:
+        """Sandbox ids of the workspaces (volumes) carrying this deployment's labels."""
+        raise NotImplementedError
+
+    def workspace_exists(self, sandbox_id: str) -> bool:
         raise NotImplementedError
 
     def exec(

@@ -266,6 +266,21 @@ class DockerBackend(SandboxBackend):
             for c in containers
         ]
 
+    def list_workspaces(self) -> list[str]:
+        volumes = self.client.volumes.list(
+            filters={"label": f"{LABEL_DEPLOYMENT}={self.deployment}"}
+        )
+        return [v.attrs.get("Labels", {}).get(LABEL_SANDBOX, "") for v in volumes]
+
+    def workspace_exists(self, sandbox_id: str) -> bool:
+        try:
+            self.client.volumes.get(self.volume_name(sandbox_id))
+        except NotFound:
+            return False
+        except DockerException as exc:
+            raise BackendUnavailable(f"Docker Engine is not reachable: {exc}") from exc
+        return True
+
     # --- exec ------------------------------------------------------------------------
 
     def exec(self, sandbox_id, argv, *, cwd, env, timeout_s, output_limit, stdin=None):

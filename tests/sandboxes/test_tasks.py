@@ -8,7 +8,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from sandboxes import services
-from sandboxes.models import Sandbox
+from sandboxes.models import Sandbox, Session
 from tests import factories
 
 
@@ -38,20 +38,22 @@ def test_requesting_a_sandbox_through_the_api_starts_it_in_the_worker(
 
 
 @pytest.mark.django_db
-def test_sandboxes_without_recent_activity_become_idle_once(owner, colleague):
-    stale = factories.make_sandbox(
-        owner,
-        state=Sandbox.State.RUNNING,
-        last_activity_at=timezone.now() - timedelta(seconds=settings.QUOR_SANDBOX_IDLE_SECONDS + 5),
-    )
+def test_only_sandboxes_quiet_for_the_idle_time_with_no_agent_working_go_to_sleep(
+    owner, colleague, django_capture_on_commit_callbacks
+):
+    long_ago = timezone.now() - timedelta(seconds=settings.QUOR_SANDBOX_IDLE_SECONDS + 5)
+    stale = factories.make_sandbox(owner, state=Sandbox.State.RUNNING, last_activity_at=long_ago)
     fresh = factories.make_sandbox(
         colleague, state=Sandbox.State.RUNNING, last_activity_at=timezone.now()
     )
-    assert services.sandboxes_mark_idle() == 1
-    assert services.sandboxes_mark_idle() == 0
-    stale.refresh_from_db()
-    fresh.refresh_from_db()
-    assert (stale.state, fresh.state) == (Sandbox.State.IDLE, Sandbox.State.RUNNING)
+    with django_capture_on_commit_callbacks() as enqueued:
+        assert services.sandboxes_sleep_idle() == [str(stale.pk)]
+    assert len(enqueued) == 1  # the sleep task, once committed
+    assert services.sandbox_is_idle(stale)
+    assert not services.sandbox_is_idle(fresh)
+    session = factories.make_session(owner, sandbox=stale)
+    Session.objects.filter(pk=session.pk).update(status=Session.Status.RUNNING)
+    assert not services.sandbox_is_idle(stale)  # an agent at work is not idleness
 
 
 @pytest.mark.django_db

@@ -146,9 +146,13 @@ class Stack:
         self.port = self.server.sockets[0].getsockname()[1]
         forever = time.monotonic() + 3600
         for label, port in ((APP, app_port), (RAW, raw.sockets[0].getsockname()[1])):
-            self.proxy._access[(VIEWER_ID, label)] = (forever, (object(), ("127.0.0.1", port)))
+            found = (object(), ("127.0.0.1", port), False)
+            self.proxy._access[(VIEWER_ID, label)] = (forever, found)
         down_port = down.getsockname()[1]
-        self.proxy._access[(VIEWER_ID, DOWN)] = (forever, (object(), ("127.0.0.1", down_port)))
+        self.proxy._access[(VIEWER_ID, DOWN)] = (
+            forever,
+            (object(), ("127.0.0.1", down_port), False),
+        )
         self.raw = raw
         return runner
 

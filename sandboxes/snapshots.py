@@ -1,0 +1,128 @@
+"""Snapshots of a sandbox's workspace for sleep and wake (not version history): the
+workspace as a tar stream, without the managed area (Skills and Library are synchronised
+again on wake), compressed with zstd (with its own content checksum) into the file store,
+read back and checked before it counts, and streamed back into a fresh runtime.
+
+The lifecycle around them (when to sleep, the states, the lock) is in services.py."""
+
+import logging
+from collections.abc import Iterable, Iterator
+
+import zstandard
+from django.conf import settings
+from django.db import transaction
+
+from quor.filestore import blob_chunks, blob_delete, blob_put
+from quor.lib.errors import CorruptBlob
+from sandboxes.backends.base import MANAGED_AREA
+from sandboxes.models import Sandbox, Snapshot
+from sandboxes.tarstream import without_paths
+
+logger = logging.getLogger(__name__)
+
+ZSTD_LEVEL = 3
+
+
+class SnapshotDamaged(Exception):
+    """A stored snapshot cannot be read back whole (checksum, truncation, format)."""
+
+
+class _Counted:
+    def __init__(self, chunks: Iterable[bytes]):
+        self.chunks = chunks
+        self.total = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self.chunks:
+            self.total += len(chunk)
+            yield chunk
+
+
+def _compressed(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True, threads=-1)
+    stream = compressor.compressobj()
+    for chunk in chunks:
+        if out := stream.compress(chunk):
+            yield out
+    yield stream.flush()
+
+
+def _decompressed(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Raises SnapshotDamaged on a checksum mismatch, a bad frame or a cut-short stream,
+    CorruptBlob (from the file store) when the stored bytes differ from their record."""
+    stream = zstandard.ZstdDecompressor().decompressobj()
+    try:
+        for chunk in chunks:
+            if out := stream.decompress(chunk):
+                yield out
+    except zstandard.ZstdError as exc:
+        raise SnapshotDamaged(f"it does not decompress: {exc}") from exc
+    if not stream.eof:
+        raise SnapshotDamaged("its compressed stream ends early")
+
+
+def snapshot_take(sandbox: Sandbox, backend) -> Snapshot:
+    """Streams the running sandbox's workspace into the file store and records it once
+    it has been read back whole. Raises ArchiveError (export cut short), SnapshotDamaged,
+    CorruptBlob or a BackendError; the runtime is not touched either way."""
+    archive = _Counted(without_paths(backend.export_workspace(str(sandbox.pk)), MANAGED_AREA))
+    blob = blob_put(_compressed(archive))
+    try:
+        checked = sum(len(chunk) for chunk in _decompressed(blob_chunks(blob)))
+        if checked != archive.total:
+            raise SnapshotDamaged(f"it reads back as {checked} of {archive.total} bytes")
+    except (SnapshotDamaged, CorruptBlob):
+        blob_delete(blob)
+        raise
+    return Snapshot.objects.create(
+        sandbox=sandbox,
+        blob=blob,
+        size=blob.size,
+        sha256=blob.sha256,
+        workspace_bytes=archive.total,
+        image_ref=sandbox.image_ref,
+    )
+
+
+def snapshot_restore(snapshot: Snapshot, backend) -> None:
+    """Streams the snapshot into the sandbox's (fresh, empty) workspace. On
+    SnapshotDamaged or CorruptBlob the workspace holds part of it: start again from
+    a fresh runtime."""
+    backend.import_workspace(str(snapshot.sandbox_id), _decompressed(blob_chunks(snapshot.blob)))
+
+
+def snapshot_mark_damaged(snapshot: Snapshot, problem: str) -> None:
+    logger.error(
+        "snapshot %s of sandbox %s is damaged: %s", snapshot.pk, snapshot.sandbox_id, problem
+    )
+    Snapshot.objects.filter(pk=snapshot.pk).update(status=Snapshot.Status.DAMAGED, problem=problem)
+
+
+def good_snapshots(sandbox: Sandbox):
+    return sandbox.snapshots.filter(status=Snapshot.Status.GOOD).order_by("-created_at")
+
+
+def _delete(snapshots) -> int:
+    """Rows now, blobs once that is committed."""
+    removed = 0
+    with transaction.atomic():
+        for snapshot in snapshots.select_related("blob"):
+            blob = snapshot.blob
+            snapshot.delete()
+            blob_delete(blob)
+            removed += 1
+    return removed
+
+
+def snapshots_delete(sandbox: Sandbox) -> int:
+    return _delete(sandbox.snapshots.all())
+
+
+def snapshots_prune(sandbox: Sandbox) -> int:
+    """Keeps the newest QUOR_SNAPSHOT_KEEP good snapshots; removes older ones and every
+    damaged one older than the newest good one."""
+    keep = list(good_snapshots(sandbox).values_list("pk", flat=True)[: settings.QUOR_SNAPSHOT_KEEP])
+    if not keep:
+        return 0
+    newest = sandbox.snapshots.get(pk=keep[0]).created_at
+    return _delete(sandbox.snapshots.exclude(pk__in=keep).filter(created_at__lt=newest))
