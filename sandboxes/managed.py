@@ -13,12 +13,12 @@ from functools import partial
 
 from quor.filestore import blob_read
 from sandboxes.backends import get_backend
-from sandboxes.backends.base import WORKSPACE
+from sandboxes.backends.base import MANAGED_AREA, WORKSPACE
 from sandboxes.models import LibraryFile, Session, Skill
 from sandboxes.services import clean_relative_path, session_workspace
 from sandboxes.skills import skill_files
 
-MANAGED = f"{WORKSPACE}/.quor-managed"
+MANAGED = f"{WORKSPACE}/{MANAGED_AREA}"
 MANIFEST = "manifest.json"
 
 
