@@ -24,6 +24,8 @@ def remove_test_runtimes() -> None:
     backend = DockerBackend()
     for instance in backend.list_instances():
         backend.destroy(instance.sandbox_id, remove_workspace=True)
+    for sandbox_id in backend.list_workspaces():  # kept by a destroy without its workspace
+        backend.destroy(sandbox_id, remove_workspace=True)
 
 
 def container_of(docker_client, sandbox):

@@ -58,9 +58,13 @@ def run(sandbox, script, *args) -> str:
 
 @pytest.fixture
 def session(owner, running_sandbox):
+    """A session with files, its Skills and Library linked in as a turn leaves them."""
+    from sandboxes.managed import sync_managed_area
+
     session = factories.make_session(owner, sandbox=running_sandbox)
     services.session_workspace_ensure(session=session)
     run(running_sandbox, MAKE_FILES, services.session_workspace(session))
+    sync_managed_area(session=session)
     return session
 
 
