@@ -254,9 +254,12 @@ class DockerBackend(SandboxBackend):
                 self.client.volumes.get(self.volume_name(sandbox_id)).remove(force=True)
 
     def list_instances(self) -> list[RuntimeInstance]:
-        containers = self.client.containers.list(
-            all=True, filters={"label": f"{LABEL_DEPLOYMENT}={self.deployment}"}
-        )
+        try:
+            containers = self.client.containers.list(
+                all=True, filters={"label": f"{LABEL_DEPLOYMENT}={self.deployment}"}
+            )
+        except DockerException as exc:
+            raise BackendUnavailable(f"Docker Engine is not reachable: {exc}") from exc
         return [
             RuntimeInstance(
                 sandbox_id=c.labels.get(LABEL_SANDBOX, ""),
@@ -267,9 +270,12 @@ class DockerBackend(SandboxBackend):
         ]
 
     def list_workspaces(self) -> list[str]:
-        volumes = self.client.volumes.list(
-            filters={"label": f"{LABEL_DEPLOYMENT}={self.deployment}"}
-        )
+        try:
+            volumes = self.client.volumes.list(
+                filters={"label": f"{LABEL_DEPLOYMENT}={self.deployment}"}
+            )
+        except DockerException as exc:
+            raise BackendUnavailable(f"Docker Engine is not reachable: {exc}") from exc
         return [v.attrs.get("Labels", {}).get(LABEL_SANDBOX, "") for v in volumes]
 
     def workspace_exists(self, sandbox_id: str) -> bool:
