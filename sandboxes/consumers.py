@@ -14,7 +14,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from quor.lib.errors import QuorError
-from sandboxes import selectors
+from sandboxes import selectors, services
 from sandboxes.sessions import serialize_event, session_group
 
 CLOSE_UNAUTHENTICATED = 4401
@@ -29,7 +29,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         try:
-            self.session = await database_sync_to_async(selectors.get_session_for_user)(
+            self.session = await database_sync_to_async(services.session_in_use)(
                 user, self.scope["url_route"]["kwargs"]["session_id"]
             )
         except QuorError:

@@ -32,7 +32,7 @@ from sandboxes.backends.base import (
     SandboxSpec,
 )
 from sandboxes.models import Sandbox, Session, Snapshot, hash_token, new_secret_token
-from sandboxes.selectors import is_uuid
+from sandboxes.selectors import get_session_for_user, is_uuid
 from sandboxes.snapshots import (
     SnapshotDamaged,
     good_snapshots,
@@ -244,6 +244,14 @@ def sandbox_touch(sandbox_id) -> None:
     Sandbox.objects.filter(pk=sandbox_id, last_activity_at__lt=now - timedelta(seconds=60)).update(
         last_activity_at=now
     )
+
+
+def session_in_use(user, session_id) -> Session:
+    """The user's own session (404 otherwise), and a mark of activity on its sandbox: a
+    user at work on a session (API, pages, the live event stream) keeps it awake."""
+    session = get_session_for_user(user, session_id)
+    sandbox_touch(session.sandbox_id)
+    return session
 
 
 def sandboxes_sleep_idle() -> list[str]:

@@ -11,7 +11,7 @@ from apps.selectors import enabled_apps
 from quor import selectors as quor_selectors
 from quor.lib.errors import QuorError
 from quor.lib.permissions import get_active_membership
-from sandboxes import selectors, sessions
+from sandboxes import selectors, services, sessions
 from sandboxes.models import Session, Skill
 from webapps.services import session_set_sharing, webapp_payload
 
@@ -26,7 +26,7 @@ def _models_for(user):
 
 def _session_or_404(user, session_id):
     try:
-        return selectors.get_session_for_user(user, session_id)
+        return services.session_in_use(user, session_id)
     except QuorError:
         raise Http404("No such session.") from None
 

@@ -6,7 +6,7 @@ from rest_framework.views import APIView
 from approvals import services
 from approvals.api.serializers import ApprovalSerializer, DecisionSerializer
 from quor.lib.errors import NotFound
-from sandboxes import selectors
+from sandboxes import services as sandbox_services
 from sandboxes.selectors import is_uuid
 
 STATUS = OpenApiParameter("status", OpenApiTypes.STR, OpenApiParameter.QUERY)
@@ -16,7 +16,7 @@ class SessionApprovalsView(APIView):
     @extend_schema(parameters=[STATUS], responses=ApprovalSerializer(many=True))
     def get(self, request, session_id):
         """The session's approval requests, newest first."""
-        session = selectors.get_session_for_user(request.user, session_id)
+        session = sandbox_services.session_in_use(request.user, session_id)
         approvals = services.approvals_of_session(session, status=request.GET.get("status"))
         return Response([services.approval_payload(a) for a in approvals])
 

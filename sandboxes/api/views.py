@@ -53,7 +53,7 @@ class SessionViewSet(viewsets.ViewSet):
         return Response(SessionSerializer(selectors.sessions_of(request.user), many=True).data)
 
     def retrieve(self, request, pk=None):
-        session = selectors.get_session_for_user(request.user, pk)
+        session = services.session_in_use(request.user, pk)
         return Response(SessionSerializer(session).data)
 
     @extend_schema(request=SessionCreateSerializer, responses={201: SessionSerializer})
@@ -77,7 +77,7 @@ class SessionViewSet(viewsets.ViewSet):
     )
     def partial_update(self, request, pk=None):
         """Changes who may open the session's web apps (`sharing`); owner only."""
-        session = selectors.get_session_for_user(request.user, pk)
+        session = services.session_in_use(request.user, pk)
         serializer = SessionUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         session = webapp_services.session_set_sharing(
@@ -89,7 +89,7 @@ class SessionViewSet(viewsets.ViewSet):
     @action(detail=True, methods=["get"])
     def webapps(self, request, pk=None):
         """The web apps the agent started in this session (owner only)."""
-        session = selectors.get_session_for_user(request.user, pk)
+        session = services.session_in_use(request.user, pk)
         return Response([webapp_services.webapp_payload(w) for w in session.webapps.all()])
 
     @extend_schema(
@@ -98,7 +98,7 @@ class SessionViewSet(viewsets.ViewSet):
     @action(detail=True, methods=["post"])
     def messages(self, request, pk=None):
         """A follow-up message: the agent continues the same conversation."""
-        session = selectors.get_session_for_user(request.user, pk)
+        session = services.session_in_use(request.user, pk)
         serializer = MessageSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         session = sessions.session_message(
@@ -109,7 +109,7 @@ class SessionViewSet(viewsets.ViewSet):
     @extend_schema(parameters=[SESSION_ID], request=None, responses=SessionSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        session = selectors.get_session_for_user(request.user, pk)
+        session = services.session_in_use(request.user, pk)
         session = sessions.session_cancel(user=request.user, session=session)
         return Response(SessionSerializer(session).data)
 
@@ -123,7 +123,7 @@ class SessionViewSet(viewsets.ViewSet):
     @action(detail=True, methods=["get"])
     def events(self, request, pk=None):
         """The session's events after seq `after`, in order (at most 1000 per call)."""
-        session = selectors.get_session_for_user(request.user, pk)
+        session = services.session_in_use(request.user, pk)
         after = _non_negative_int(request.query_params.get("after", "0"), "after")
         events = selectors.events_after(session, after)
         return Response(AgentEventSerializer(events, many=True).data)
@@ -155,7 +155,7 @@ class SessionExecView(APIView):
     )
     def post(self, request, session_id):
         """Runs argv (never a shell string) in the session's workspace, as the sandbox user."""
-        session = selectors.get_session_for_user(request.user, session_id)
+        session = services.session_in_use(request.user, session_id)
         serializer = ExecRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
@@ -173,7 +173,7 @@ class SessionExecView(APIView):
 class SessionFilesView(APIView):
     @extend_schema(parameters=[SESSION_ID, PATH], responses=FileEntrySerializer(many=True))
     def get(self, request, session_id):
-        session = selectors.get_session_for_user(request.user, session_id)
+        session = services.session_in_use(request.user, session_id)
         entries = services.session_files_list(
             session=session, path=request.query_params.get("path", "")
         )
@@ -205,7 +205,7 @@ class SessionFileContentView(APIView):
     )
     def get(self, request, session_id):
         """Streams the file; symlinks and paths outside the workspace are refused."""
-        session = selectors.get_session_for_user(request.user, session_id)
+        session = services.session_in_use(request.user, session_id)
         path = request.query_params.get("path", "")
         info, chunks = services.session_file_open(session=session, path=path)
         filename = info["name"].replace('"', "")
@@ -229,7 +229,7 @@ class SessionFileContentView(APIView):
     )
     def post(self, request, session_id):
         """Uploads the raw request body as the file at `path` (replacing it)."""
-        session = selectors.get_session_for_user(request.user, session_id)
+        session = services.session_in_use(request.user, session_id)
         size = request.META.get("CONTENT_LENGTH")
         if not size:
             raise QuorError(

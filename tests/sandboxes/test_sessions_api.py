@@ -266,3 +266,22 @@ def test_the_user_library_is_managed_through_the_api(api, owner, client_for, col
     assert bad.json()["error"]["code"] == "files.invalid_path"
     assert api.delete("/api/v1/library/?path=notes/todo.txt").status_code == 204
     assert api.delete("/api/v1/library/?path=notes/todo.txt").status_code == 404
+
+
+@pytest.mark.django_db
+def test_using_a_session_through_the_api_is_activity_on_its_sandbox(api, owner):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    session = factories.make_session(owner)
+    long_ago = timezone.now() - timedelta(hours=1)
+    Sandbox.objects.filter(pk=session.sandbox_id).update(last_activity_at=long_ago)
+    assert api.get(f"/api/v1/sessions/{session.pk}/events/").status_code == 200
+    session.sandbox.refresh_from_db()
+    assert session.sandbox.last_activity_at > long_ago
+    other = factories.make_session(factories.make_user(owner.membership.organization))
+    Sandbox.objects.filter(pk=other.sandbox_id).update(last_activity_at=long_ago)
+    assert api.get(f"/api/v1/sessions/{other.pk}/events/").status_code == 404
+    other.sandbox.refresh_from_db()
+    assert other.sandbox.last_activity_at == long_ago  # someone else's: no activity

@@ -122,3 +122,33 @@ def test_the_header_rules_remove_credentials_identity_and_hop_by_hop_headers():
         ("content-type", "text/html"),
         ("content-security-policy", header_rules.SANDBOX_CSP),
     ]
+
+
+def test_opening_an_app_is_activity_and_wakes_a_sleeping_sandbox(
+    webapp, django_capture_on_commit_callbacks
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sandboxes.models import Sandbox
+
+    sandbox = webapp.session.sandbox
+    long_ago = timezone.now() - timedelta(hours=1)
+    Sandbox.objects.filter(pk=sandbox.pk).update(state="running", last_activity_at=long_ago)
+    webapp.session.sandbox.refresh_from_db()
+    with django_capture_on_commit_callbacks() as enqueued:
+        assert services.webapp_opened(webapp) is False
+    assert enqueued == []
+    sandbox.refresh_from_db()
+    assert sandbox.last_activity_at > long_ago
+
+    for state in (Sandbox.State.SLEEPING, Sandbox.State.SNAPSHOTTING, Sandbox.State.RESTORING):
+        webapp.session.sandbox.state = state
+        with django_capture_on_commit_callbacks() as enqueued:
+            assert services.webapp_opened(webapp) is True
+        assert len(enqueued) == 1, state  # the wake (ensure_sandbox), once committed
+    webapp.session.sandbox.state = Sandbox.State.STOPPED  # an operator's stop is kept
+    with django_capture_on_commit_callbacks() as enqueued:
+        assert services.webapp_opened(webapp) is False
+    assert enqueued == []

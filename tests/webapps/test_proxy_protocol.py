@@ -23,7 +23,7 @@ from webapps import services
 from webapps.proxy import WebAppProxy, serve
 
 VIEWER_ID = 7
-APP, RAW, DOWN = "wapp", "wraw", "wdown"
+APP, RAW, DOWN, ASLEEP = "wapp", "wraw", "wdown", "wasleep"
 
 
 class AppServer:
@@ -149,6 +149,7 @@ class Stack:
             found = (object(), ("127.0.0.1", port), False)
             self.proxy._access[(VIEWER_ID, label)] = (forever, found)
         down_port = down.getsockname()[1]
+        self.proxy._access[(VIEWER_ID, ASLEEP)] = (forever, (object(), None, True))
         self.proxy._access[(VIEWER_ID, DOWN)] = (
             forever,
             (object(), ("127.0.0.1", down_port), False),
@@ -400,3 +401,11 @@ def test_the_caches_never_grow_past_their_bound(monkeypatch):
         proxy_module._remember(cache, n, "value", now=100.0)
     proxy_module._remember(cache, "later", "value", now=200.0)  # the others have expired
     assert list(cache) == ["later"]
+
+
+def test_an_app_of_a_sleeping_sandbox_says_it_is_waking_and_reloads_itself(stack):
+    response = stack.get("/", label=ASLEEP)
+    assert response.status == 503
+    assert response.getheader("Refresh") == str(proxy_module.WAKING_RETRY_SECONDS)
+    assert response.getheader("Retry-After") == str(proxy_module.WAKING_RETRY_SECONDS)
+    assert b"waking up" in response.read()
