@@ -26,6 +26,7 @@ from sandboxes.backends.base import (
     SESSIONS_DIR,
     WORKSPACE,
     BackendError,
+    BackendUnavailable,
     ExecResult,
     FileRefused,
     RuntimeMissing,
@@ -165,7 +166,7 @@ def sandbox_request(*, user, network_policy: str | None = None) -> Sandbox:
     if network_policy and network_policy != sandbox.network_policy:
         Sandbox.objects.filter(pk=sandbox.pk).update(network_policy=network_policy)
         sandbox.refresh_from_db()
-    transaction.on_commit(lambda: tasks.ensure_sandbox.delay(str(sandbox.pk)))
+    transaction.on_commit(lambda: tasks.ensure_sandbox.delay(str(sandbox.pk)), robust=True)
     return sandbox
 
 
@@ -179,6 +180,13 @@ def sandbox_ensure(*, user) -> Sandbox:
 def sandbox_ensure_running(sandbox: Sandbox, *, for_session: Session | None = None) -> Sandbox:
     """Running, on the current image; `for_session` is the session asking (its own
     running agent does not hold back an upgrade)."""
+    try:
+        return _ensure_running(sandbox, for_session)
+    except BackendUnavailable as exc:  # the Docker daemon (or the cluster) is down
+        raise SandboxUnavailable(f"The sandbox is unavailable: {exc}") from exc
+
+
+def _ensure_running(sandbox: Sandbox, for_session: Session | None) -> Sandbox:
     with sandbox_lock(sandbox.pk):
         sandbox.refresh_from_db()
         backend = get_backend(sandbox.backend)
@@ -267,7 +275,9 @@ def sandboxes_sleep_idle() -> list[str]:
         ).values_list("pk", flat=True)
     ]
     for sandbox_id in candidates:
-        transaction.on_commit(lambda sandbox_id=sandbox_id: tasks.sleep_sandbox.delay(sandbox_id))
+        transaction.on_commit(
+            lambda sandbox_id=sandbox_id: tasks.sleep_sandbox.delay(sandbox_id), robust=True
+        )
     return candidates
 
 

@@ -2,6 +2,8 @@
 the agent reports. Each event is stored (with the next seq of its session) before
 it is published to the session's viewers."""
 
+from datetime import timedelta
+
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -73,7 +75,9 @@ def session_events_append(
             for number, (kind, payload) in enumerate(events, start=1)
         )
         serialized = [serialize_event(event) for event in stored]
-        transaction.on_commit(lambda: _publish(session.pk, serialized))
+        # Stored either way: a viewer who misses it live (Redis down) gets it from the
+        # backlog when it reconnects.
+        transaction.on_commit(lambda: _publish(session.pk, serialized), robust=True)
         scheduled.session_turn_ended(session=session, status_to=status_to)
     return stored
 
@@ -113,9 +117,25 @@ def _clean_message(text) -> str:
 
 
 def _enqueue_turn(session: Session) -> None:
+    """The turn is recorded (pending) either way; if the broker cannot take it now,
+    `sessions_requeue_pending` queues it again."""
     from sandboxes import tasks
 
-    transaction.on_commit(lambda: tasks.run_agent_turn.delay(str(session.pk)))
+    transaction.on_commit(lambda: tasks.run_agent_turn.delay(str(session.pk)), robust=True)
+
+
+def sessions_requeue_pending(*, older_than: float = 60) -> int:
+    """Queues again the turns of sessions pending for longer than `older_than` seconds:
+    their task was lost (the broker was down, or a crash between the commit and the
+    enqueue). A turn starts once, however many tasks ask (run_agent_turn is idempotent)."""
+    from sandboxes import tasks
+
+    cutoff = timezone.now() - timedelta(seconds=older_than)
+    pending = Session.objects.filter(status=Session.Status.PENDING, updated_at__lte=cutoff)
+    ids = [str(pk) for pk in pending.values_list("pk", flat=True)]
+    for session_id in ids:
+        tasks.run_agent_turn.delay(session_id)
+    return len(ids)
 
 
 def _check_attachments(attachments) -> None:

@@ -69,6 +69,13 @@ def run_agent_turn(session_id: str) -> None:
 
 
 @shared_task
+def requeue_pending_turns() -> None:
+    from sandboxes.sessions import sessions_requeue_pending
+
+    sessions_requeue_pending()
+
+
+@shared_task
 def run_scheduled_tasks() -> None:
     """Beat runs this every 30 s; two at once are harmless (rows are locked, skip_locked)."""
     from sandboxes.scheduled import run_due_scheduled_tasks

@@ -234,7 +234,7 @@ def webapp_opened(webapp: WebApp) -> bool:
 
     sandbox = webapp.session.sandbox
     if sandbox.state in WAKING_STATES:
-        transaction.on_commit(lambda: tasks.ensure_sandbox.delay(str(sandbox.pk)))
+        transaction.on_commit(lambda: tasks.ensure_sandbox.delay(str(sandbox.pk)), robust=True)
         return True
     sandboxes.sandbox_touch(sandbox.pk)
     return False

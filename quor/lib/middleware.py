@@ -1,6 +1,12 @@
+import logging
+
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
+from django.http import HttpResponse
 
 from quor.lib.errors import error_response
+
+logger = logging.getLogger(__name__)
 
 UPLOAD_CONTENT_TYPES = ("application/octet-stream", "multipart/form-data")
 
@@ -27,3 +33,25 @@ class RequestSizeLimitMiddleware:
                 413, "request_too_large", f"The request body is larger than {limit} bytes."
             )
         return self.get_response(request)
+
+
+class DatabaseUnavailableMiddleware:
+    """PostgreSQL cannot be reached: a 503 that says so (JSON for the API) instead of a
+    bare 500. Nothing else to do: the broken connection is dropped at the end of the
+    request and the next one connects again."""
+
+    MESSAGE = "Quor's database cannot be reached right now; try again in a moment."
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if not isinstance(exception, (OperationalError, InterfaceError)):
+            return None
+        logger.warning("database unavailable for %s: %s", request.path, exception)
+        if request.path.startswith("/api/"):
+            return error_response(503, "service.database_unavailable", self.MESSAGE)
+        return HttpResponse(self.MESSAGE, status=503, content_type="text/plain; charset=utf-8")
