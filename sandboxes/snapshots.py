@@ -20,7 +20,9 @@ from sandboxes.tarstream import without_paths
 
 logger = logging.getLogger(__name__)
 
-ZSTD_LEVEL = 3
+# Level 1 in one thread: on a 2-core machine, where Docker builds the archive and Python
+# reads it, more compression or more threads slow the whole snapshot (bench/snapshot.py).
+ZSTD_LEVEL = 1
 
 
 class SnapshotDamaged(Exception):
@@ -39,7 +41,7 @@ class _Counted:
 
 
 def _compressed(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True, threads=-1)
+    compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True)
     stream = compressor.compressobj()
     for chunk in chunks:
         if out := stream.compress(chunk):
