@@ -188,3 +188,68 @@ def test_a_busy_sandbox_is_not_put_to_sleep_unless_forced(owner, running_sandbox
     running_sandbox.refresh_from_db()
     assert running_sandbox.state == Sandbox.State.RUNNING
     assert DockerBackend().status(str(running_sandbox.pk)).running
+
+
+def test_a_follow_up_after_sleep_wakes_the_sandbox_and_continues_the_conversation(
+    client_for, owner, org, egress_proxy, celery_worker, clean_runtimes, upstream_fakes
+):
+    from quor.models import ModelProvider
+    from sandboxes.models import Session
+    from tests.sandboxes.test_agent_session_e2e import collect_until
+    from tests.sandboxes.test_event_stream import cookie_for
+
+    provider = factories.make_provider(
+        org, kind=ModelProvider.Kind.ANTHROPIC, base_url="https://model.test:18445",
+        model_names=["scripted"],
+    )  # fmt: skip
+    upstream_fakes.model.script = [
+        {"text": "Noted.", "tool_calls": [
+            {"name": "write_file", "input": {"path": "plan.txt", "content": "step one"}},
+        ]},
+        {"text": "The plan is written."},
+        {"text": "Still here: the plan says step one."},
+    ]  # fmt: skip
+    upstream_fakes.model.requests.clear()
+    api = client_for(owner)
+    created = api.post(
+        "/api/v1/sessions/",
+        {"prompt": "Remember the plan.", "model": f"{provider.pk}:scripted"},
+        format="json",
+    )
+    session = Session.objects.get(pk=created.json()["id"])
+    first = collect_until(cookie_for(owner), session, 0, lambda e: e["kind"] == "turn_finished")
+    sleep(session.sandbox)
+
+    api.post(f"/api/v1/sessions/{session.pk}/messages/", {"text": "And now?"}, format="json")
+    after = first[-1]["seq"]
+    second = collect_until(
+        cookie_for(owner), session, after, lambda e: e["kind"] == "turn_finished"
+    )
+    said = [e["payload"].get("text", "") for e in second if e["kind"] == "assistant_text"]
+    assert said == ["Still here: the plan says step one."]
+    session.sandbox.refresh_from_db()
+    assert session.sandbox.state == Sandbox.State.RUNNING
+    # The model saw the whole conversation, restored from the sleeping workspace.
+    messages = upstream_fakes.model.requests[-1]["body"]["messages"]
+    texts = str(messages)
+    assert "Remember the plan." in texts and "The plan is written." in texts
+    assert "And now?" in texts
+    listing = api.get(f"/api/v1/sessions/{session.pk}/files/content", {"path": "plan.txt"})
+    assert b"".join(listing.streaming_content) == b"step one"
+
+
+def test_the_operator_commands_sleep_and_wake_a_sandbox(owner, running_sandbox, session):
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    out = io.StringIO()
+    call_command("sandbox_snapshot", owner.email, stdout=out)
+    assert f"{running_sandbox.pk} sleeping: snapshot" in out.getvalue()
+    with pytest.raises(CommandError, match="Nothing to snapshot: the sandbox is sleeping"):
+        call_command("sandbox_snapshot", owner.email)
+    out = io.StringIO()
+    call_command("sandbox_restore", owner.email, stdout=out)
+    assert f"{running_sandbox.pk} running: from snapshot" in out.getvalue()
+    with pytest.raises(CommandError, match="is running, not sleeping"):
+        call_command("sandbox_restore", owner.email)
