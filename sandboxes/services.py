@@ -325,6 +325,10 @@ def _wake(sandbox: Sandbox, backend) -> Sandbox:
         status = _start_runtime(sandbox, backend)
         try:
             snapshot_restore(snapshot, backend)
+        except BackendError as exc:  # not the snapshot's fault (a full disk, Docker gone)
+            _set_state(sandbox, Sandbox.State.SLEEPING, failure_reason=f"Could not wake: {exc}")
+            backend.destroy(str(sandbox.pk), remove_workspace=True)
+            raise SandboxUnavailable(f"The sandbox could not be woken up: {exc}") from exc
         except (SnapshotDamaged, CorruptBlob) as exc:
             snapshot_mark_damaged(snapshot, str(exc))
             damaged.append(

@@ -400,9 +400,31 @@ class DockerBackend(SandboxBackend):
         return stream
 
     def import_workspace(self, sandbox_id: str, tar_stream: Iterable[bytes]) -> None:
-        chunks = (chunk for chunk in tar_stream)  # a generator: requests streams it (chunked)
-        if not self._container(sandbox_id).put_archive(WORKSPACE, chunks):
-            raise BackendError("Docker refused the workspace archive")
+        """Unpacked by tar run as the sandbox user in the sandbox (modes kept, every file
+        the sandbox user's): nothing in the archive is written as root, and it is faster
+        than Docker's archive API (bench/snapshot.py: 1.05 s against 1.84 s for 220 MB)."""
+        result = self.exec(
+            sandbox_id,
+            ["sh", "-c", UNPACK_SCRIPT, "sh", WORKSPACE],
+            cwd=WORKSPACE,
+            env={},
+            timeout_s=3600,
+            output_limit=1 << 16,
+            stdin=tar_stream,
+        )
+        if result.exit_code != 0:
+            problem = result.stderr.decode(errors="replace").strip()[-500:]
+            raise BackendError(
+                f"could not unpack the workspace (exit {result.exit_code}): {problem}"
+            )
+
+
+# Its errors go to a file and only the last of them to stderr: the exec's output is read
+# only once all of stdin is sent, so a chatty tar must not fill the pipe.
+UNPACK_SCRIPT = (
+    'tar -x -p --no-same-owner -C "$1" -f - 2>/tmp/.quor-unpack.err; status=$?; '
+    "tail -c 2000 /tmp/.quor-unpack.err >&2; exit $status"
+)
 
 
 def _frames(sock) -> Iterator[tuple[int, bytes]]:

@@ -253,3 +253,28 @@ def test_the_operator_commands_sleep_and_wake_a_sandbox(owner, running_sandbox, 
     assert f"{running_sandbox.pk} running: from snapshot" in out.getvalue()
     with pytest.raises(CommandError, match="is running, not sleeping"):
         call_command("sandbox_restore", owner.email)
+
+
+def test_a_wake_that_cannot_unpack_stays_asleep_and_says_why(
+    owner, running_sandbox, session, monkeypatch
+):
+    from sandboxes.backends.base import BackendError
+
+    before = run(running_sandbox, MANIFEST)
+    snapshot = sleep(running_sandbox)
+
+    def no_space(self, sandbox_id, chunks):
+        raise BackendError("could not unpack the workspace: No space left on device")
+
+    monkeypatch.setattr(DockerBackend, "import_workspace", no_space)
+    with pytest.raises(services.SandboxUnavailable, match="No space left"):
+        services.sandbox_ensure_running(running_sandbox)
+    running_sandbox.refresh_from_db()
+    assert running_sandbox.state == Sandbox.State.SLEEPING
+    assert "No space left" in running_sandbox.failure_reason
+    assert not DockerBackend().status(str(running_sandbox.pk)).exists
+    snapshot.refresh_from_db()
+    assert snapshot.status == Snapshot.Status.GOOD  # not the snapshot's fault
+
+    monkeypatch.undo()
+    assert run(services.sandbox_ensure_running(running_sandbox), MANIFEST) == before
