@@ -2,7 +2,7 @@
 """Snapshot and restore of a sandbox's workspace, beside a plain `tar | zstd` on the host.
 
     .venv/bin/python bench/snapshot.py [--runs 3] [--source-mb 60] [--binaries 4]
-        [--binary-mb 35]
+        [--binary-mb 35] [--settle-seconds 5]
 
 Starts a real sandbox and fills a session's directory (as the sandbox user, `MAKE_WORKSPACE`
 below, seeded so every run has the same files) with about 200 MB of mixed files: a source
@@ -43,7 +43,6 @@ WORK = Path("/tmp/quor-bench-snapshots")  # noqa: S108  (the bench's own scratch
 DATABASE = "quor_bench_snapshots"
 BENCH_EMAIL = "snapshots-bench@bench.test"
 ORG_SLUG = "snapshots-bench"
-SETTLE_SECONDS = 5
 
 os.environ.update(
     {
@@ -221,12 +220,15 @@ def quor_round(sandbox, phases: dict) -> dict:
     }
 
 
+SETTLE_SECONDS = [5.0]  # --settle-seconds
+
+
 def settle() -> None:
     """Writes (and discards) left by the step before must not slow the next one: this
     machine's disk is mounted with `discard`, and deleting 200 MB keeps it busy a while
     after `sync` returns."""
     subprocess.run(["sync"], check=True)  # noqa: S607
-    time.sleep(SETTLE_SECONDS)
+    time.sleep(SETTLE_SECONDS[0])
 
 
 def mbps(size: int, seconds: float) -> float:
@@ -239,7 +241,11 @@ def main():
     parser.add_argument("--source-mb", type=int, default=60, help="small text files, in MB")
     parser.add_argument("--binaries", type=int, default=4, help="large random files")
     parser.add_argument("--binary-mb", type=int, default=35, help="size of each, in MB")
+    parser.add_argument(
+        "--settle-seconds", type=float, default=5, help="rest after `sync` before each step"
+    )
     args = parser.parse_args()
+    SETTLE_SECONDS[0] = args.settle_seconds
     WORK.mkdir(parents=True, exist_ok=True)
     ensure_database(DATABASE)
     began = time.monotonic()
