@@ -35,7 +35,11 @@ REQUEST_HEADERS = HOP_BY_HOP | frozenset(
         "true-client-ip",
         "cf-connecting-ip",
         "x-client-ip",
-        # identity set by Quor or an identity proxy
+        # identity set by Quor or an identity proxy (and the tokens they vouch with)
+        "cf-access-jwt-assertion",
+        "cf-access-authenticated-user-email",
+        "x-goog-iap-jwt-assertion",
+        "x-pomerium-jwt-assertion",
         "remote-user",
         "x-remote-user",
         "x-user",
@@ -54,6 +58,8 @@ REQUEST_PREFIXES = (
     "x-goog-authenticated-",
     "x-amzn-oidc-",
     "x-ms-client-principal",
+    "x-ms-token-",
+    "x-pomerium-",
     "oidc_",
     "x-quor-",
 )
@@ -66,15 +72,22 @@ RESPONSE_HEADERS = HOP_BY_HOP | frozenset({"set-cookie", "set-cookie2"})
 SANDBOX_CSP = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
 
 
+# The proxy frames each message itself (from what it parsed): these are never forwarded
+# as the viewer sent them, and a Connection header naming them changes nothing.
+FRAMING = frozenset({"content-length", "transfer-encoding", "host"})
+
+
 def request_headers_to_forward(headers) -> list[tuple[str, str]]:
-    """`headers`: (name, value) pairs, any case. Connection-named headers go too."""
+    """`headers`: (name, value) pairs, any case. Connection-named headers go too, except
+    the framing ones, which the proxy writes itself: a viewer naming Content-Length in
+    Connection must not make the app read the body as another request."""
     pairs = [(name.lower(), value) for name, value in headers]
     named_by_connection = {
         token.strip().lower()
         for name, value in pairs
         if name == "connection"
         for token in value.split(",")
-    }
+    } - FRAMING
     return [
         (name, value)
         for name, value in pairs

@@ -173,11 +173,14 @@ class Request:
         headers = [
             (name, value)
             for name, value in header_rules.request_headers_to_forward(self.headers)
-            if name != "expect"  # the proxy itself says 100 Continue to the viewer
+            # the proxy itself says 100 Continue to the viewer, and frames the body
+            if name not in ("expect", "content-length")
         ]
         headers.append(("host", f"localhost:{port}"))
         if self.chunked:
             headers.append(("transfer-encoding", "chunked"))
+        elif self.header("content-length"):  # a number: the parser refuses anything else
+            headers.append(("content-length", self.header("content-length").strip()))
         if self.websocket:
             headers += [("connection", "upgrade"), ("upgrade", "websocket")]
         return _head(f"{self.method} {self.target} HTTP/1.1", headers)
@@ -589,6 +592,11 @@ class ViewerConnection(asyncio.Protocol):
                 if not self.closed and not request.responded:
                     logger.info("web app proxy: the app did not answer (%s)", error)
                     self.reply(request, 502, "The app did not answer. It may have stopped.")
+            except Exception:  # the database, most likely: say so, never leave it hanging
+                logger.exception("web app proxy: could not decide on a request")
+                if not self.closed and not request.responded:
+                    message = "Quor cannot check access to this app right now. Try again."
+                    self.reply(request, 503, message, close=True)
             finally:
                 self.task = None
                 self.resume("deciding")

@@ -409,3 +409,31 @@ def test_an_app_of_a_sleeping_sandbox_says_it_is_waking_and_reloads_itself(stack
     assert response.getheader("Refresh") == str(proxy_module.WAKING_RETRY_SECONDS)
     assert response.getheader("Retry-After") == str(proxy_module.WAKING_RETRY_SECONDS)
     assert b"waking up" in response.read()
+
+
+def test_a_viewer_cannot_smuggle_a_request_by_naming_the_framing_in_connection(stack):
+    sock = stack.raw_socket()
+    smuggled = b"GET /echo?smuggled=1 HTTP/1.1\r\nHost: x\r\nX-Evil: 1\r\n\r\n"
+    sock.sendall(
+        b"POST /upload HTTP/1.1\r\n"
+        + stack.head_lines(**{"Content-Length": str(len(smuggled)), "Connection": "content-length"})
+        + b"\r\n"
+        + smuggled
+    )
+    answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert f'"received": {len(smuggled)}'.encode() in answer  # the bytes were the body
+    assert not any("X-Evil" in request.headers for request in stack.app.received)
+    other = stack.get("/echo")  # the next viewer on the kept connection gets its own answer
+    assert json.loads(other.read())["method"] == "GET"
+
+
+def test_a_failing_access_check_gets_a_503_not_silence(stack, monkeypatch):
+    async def broken(user_id, label):
+        raise RuntimeError("the database is down")
+
+    monkeypatch.setattr(stack.proxy, "access", broken)
+    stack.proxy._access.clear()
+    response = stack.get("/small")
+    assert response.status == 503
+    assert b"cannot check access" in response.read()
