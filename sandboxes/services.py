@@ -6,6 +6,8 @@ sandbox is serialised by a PostgreSQL advisory lock: two requests at the same mo
 produce one container, and a crashed worker releases the lock with its connection.
 """
 
+import contextlib
+import logging
 import posixpath
 import re
 from collections.abc import Iterable, Iterator
@@ -15,6 +17,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from egress.ca import ensure_ca
@@ -43,7 +46,8 @@ from sandboxes.snapshots import (
     snapshots_delete,
     snapshots_prune,
 )
-from sandboxes.tarstream import ArchiveError
+
+logger = logging.getLogger(__name__)
 
 
 class SandboxUnavailable(QuorError):
@@ -192,6 +196,8 @@ def _ensure_running(sandbox: Sandbox, for_session: Session | None) -> Sandbox:
         backend = get_backend(sandbox.backend)
         if sandbox.state in (Sandbox.State.SLEEPING, Sandbox.State.RESTORING):
             return _wake(sandbox, backend)
+        if _only_snapshots_left(sandbox, backend):
+            return _wake(sandbox, backend)
         if sandbox.state in RUNTIME_STATES:  # SNAPSHOTTING: a sleep that died half-way
             status = backend.status(str(sandbox.pk))
             if status.running and not _should_upgrade(sandbox, status, backend, for_session):
@@ -249,9 +255,8 @@ def sandbox_is_idle(sandbox: Sandbox) -> bool:
 def sandbox_touch(sandbox_id) -> None:
     """Records activity on the sandbox (at most one write a minute)."""
     now = timezone.now()
-    Sandbox.objects.filter(pk=sandbox_id, last_activity_at__lt=now - timedelta(seconds=60)).update(
-        last_activity_at=now
-    )
+    stale = Q(last_activity_at__isnull=True) | Q(last_activity_at__lt=now - timedelta(seconds=60))
+    Sandbox.objects.filter(stale, pk=sandbox_id).update(last_activity_at=now)
 
 
 def session_in_use(user, session_id) -> Session:
@@ -297,8 +302,14 @@ def sandbox_sleep(*, sandbox: Sandbox, force: bool = False) -> Snapshot | None:
         _set_state(sandbox, Sandbox.State.SNAPSHOTTING)
         try:
             snapshot = snapshot_take(sandbox, backend)
-        except (ArchiveError, SnapshotDamaged, CorruptBlob, BackendError, OSError) as exc:
-            _set_state(sandbox, Sandbox.State.RUNNING, failure_reason=f"Could not sleep: {exc}")
+        except Exception as exc:  # whatever it was, the runtime still has the data
+            # Counted as activity: the next attempt comes after another idle period.
+            _set_state(
+                sandbox,
+                Sandbox.State.RUNNING,
+                failure_reason=f"Could not sleep: {exc}",
+                last_activity_at=timezone.now(),
+            )
             raise SnapshotFailed(f"The sandbox could not be put to sleep: {exc}") from exc
         _set_state(
             sandbox,
@@ -314,44 +325,76 @@ def sandbox_sleep(*, sandbox: Sandbox, force: bool = False) -> Snapshot | None:
     return snapshot
 
 
+def _only_snapshots_left(sandbox: Sandbox, backend) -> bool:
+    """A failed or absent sandbox whose workspace is gone but whose snapshots are not (a
+    wake that could not start its runtime, an operator's cleanup): it wakes from them
+    rather than starting empty."""
+    return (
+        sandbox.state in (Sandbox.State.FAILED, Sandbox.State.ABSENT)
+        and good_snapshots(sandbox).exists()
+        and not backend.workspace_exists(str(sandbox.pk))
+    )
+
+
 def _wake(sandbox: Sandbox, backend) -> Sandbox:
     """A new runtime with the newest good snapshot in its workspace (an older one if
-    that is damaged), then Skills, Library and web apps. Always from a fresh runtime,
-    so a wake that died half-way is simply done again."""
+    that is damaged), then Skills, Library and web apps; only then RUNNING. Always from
+    a fresh runtime, so a wake that died half-way is simply done again. A failure that
+    is not the snapshot's (the runtime will not start, the disk is full) leaves the
+    sandbox asleep, to be woken next time."""
     _set_state(sandbox, Sandbox.State.RESTORING, failure_reason="", **_new_credential())
-    backend.destroy(str(sandbox.pk), remove_workspace=True)
     damaged = []
     for snapshot in good_snapshots(sandbox):
-        status = _start_runtime(sandbox, backend)
+        backend.destroy(str(sandbox.pk), remove_workspace=True)  # what an attempt left
         try:
+            status = backend.ensure(sandbox_spec_for(sandbox, backend.prepare_network()))
             snapshot_restore(snapshot, backend)
-        except BackendError as exc:  # not the snapshot's fault (a full disk, Docker gone)
-            _set_state(sandbox, Sandbox.State.SLEEPING, failure_reason=f"Could not wake: {exc}")
-            backend.destroy(str(sandbox.pk), remove_workspace=True)
-            raise SandboxUnavailable(f"The sandbox could not be woken up: {exc}") from exc
         except (SnapshotDamaged, CorruptBlob) as exc:
             snapshot_mark_damaged(snapshot, str(exc))
-            damaged.append(
-                f"the snapshot of {snapshot.created_at:%Y-%m-%d %H:%M} is damaged ({exc})"
-            )
-            backend.destroy(str(sandbox.pk), remove_workspace=True)
+            taken = f"{snapshot.created_at:%Y-%m-%d %H:%M}"
+            damaged.append(f"the snapshot of {taken} is damaged ({exc})")
             continue
-        _record_runtime(sandbox, status, failure_reason="; ".join(damaged))
+        except BackendError as exc:
+            with contextlib.suppress(BackendError):
+                backend.destroy(str(sandbox.pk), remove_workspace=True)
+            _set_state(
+                sandbox,
+                Sandbox.State.SLEEPING,
+                runtime_id="",
+                network_address=None,
+                failure_reason=f"Could not wake up: {exc}",
+            )
+            raise SandboxUnavailable(f"The sandbox could not be woken up: {exc}") from exc
+        _set_state(
+            sandbox,
+            Sandbox.State.RESTORING,
+            runtime_id=status.runtime_id,
+            image_ref=status.image_ref,
+            network_address=status.network_address or None,
+        )
         _after_wake(sandbox)
+        _record_runtime(sandbox, status, failure_reason="; ".join(damaged))
         return sandbox
+    backend.destroy(str(sandbox.pk), remove_workspace=True)
     problem = "; ".join(damaged) or "it has no snapshot"
     _set_state(sandbox, Sandbox.State.FAILED, failure_reason=f"Could not wake up: {problem}.")
     raise SandboxUnavailable(f"The sandbox could not be woken up: {problem}.")
 
 
 def _after_wake(sandbox: Sandbox) -> None:
-    """Skills and Library back in the managed area; web apps' servers started again."""
+    """Skills and Library back in the managed area; web apps' servers started again.
+    Neither keeps the sandbox from waking: a problem is logged (the next turn syncs the
+    area again; an app that did not start answers 502 until it is started again)."""
     from sandboxes.managed import sync_managed_area
     from webapps.services import webapps_restart
 
     latest = sandbox.sessions.order_by("-created_at").first()
-    if latest is not None:
-        sync_managed_area(session=latest)
+    try:
+        if latest is not None:
+            sync_managed_area(session=latest)
+    except (BackendError, QuorError) as exc:
+        logger.warning("sandbox %s: Skills and Library not synchronised after a wake: %s",
+                       sandbox.pk, exc)  # fmt: skip
     webapps_restart(sandbox)
 
 

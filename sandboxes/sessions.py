@@ -102,6 +102,8 @@ def session_events_report(*, session: Session, events) -> int:
     stored = session_events_append(
         session=session, events=checked, status_from=[Session.Status.RUNNING], status_to=outcome
     )
+    if outcome:  # the user now reads what the agent did: the idle time starts here
+        services.sandbox_touch(session.sandbox_id)
     return stored[-1].seq
 
 
@@ -164,8 +166,10 @@ def _store_attachments(session: Session, attachments) -> None:
 
 def session_attachments_copy(*, session: Session) -> None:
     """Copies the session's attachments from the file store (checked) into its
-    `attachments/` directory: before a new session's agent starts, and again into a
-    restored sandbox."""
+    `attachments/` directory: by the session's first turn, before its agent starts, and
+    again on demand. Not while the session is created: a wake inside that transaction
+    would release the sandbox's lock before the commit, and another worker, still
+    seeing it asleep, would wake it again."""
     for attachment in session.attachments.select_related("blob"):
         services.session_file_write(
             session=session,
@@ -204,10 +208,8 @@ def session_create(
         model_name=choice.name,
     )
     session.apps.set(selected_apps)
-    if attachments:
+    if attachments:  # copied into the workspace by the first turn, outside this transaction
         _store_attachments(session, attachments)
-        services.session_workspace_ensure(session=session)
-        session_attachments_copy(session=session)
     names = [upload.name for upload in attachments]
     session_events_append(
         session=session, events=[("user_message", {"text": prompt, "attachments": names})]
@@ -354,6 +356,8 @@ def session_run_turn(*, session_id) -> None:
     turn = started_event.seq
     try:
         workspace = services.session_workspace_ensure(session=session)
+        if not session.events.filter(kind="session_started", seq__lt=turn).exists():
+            session_attachments_copy(session=session)
         sync_managed_area(session=session)
         backend, sandbox_id = get_backend(session.sandbox.backend), str(session.sandbox_id)
         for name, content in (

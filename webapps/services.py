@@ -13,6 +13,7 @@ from django.db import transaction
 
 from quor.lib.errors import InvalidInput, NotFound
 from sandboxes.backends import get_backend
+from sandboxes.backends.base import BackendError
 from sandboxes.models import Sandbox, Session
 from webapps.models import WebApp
 
@@ -255,25 +256,21 @@ def webapps_restart(sandbox: Sandbox) -> list[WebApp]:
     webapps = WebApp.objects.filter(session__sandbox=sandbox, status=WebApp.Status.RUNNING)
     for webapp in webapps.select_related("session"):
         session = webapp.session
-        result = backend.exec(
-            str(sandbox.pk),
-            [
-                "bash",
-                "-c",
-                RESTART_SCRIPT,
-                "bash",
-                webapp.command,
-                f".quor/webapp-{webapp.port}.log",
-            ],
-            cwd=sandboxes.session_workspace(session),
-            env={**sandboxes.session_proxy_environment(session), **app_token_placeholders(session)},
-            timeout_s=30,
-            output_limit=4096,
-        )
-        if result.exit_code != 0:
-            logger.warning(
-                "web app %s could not be started again: %s",
-                webapp.label,
-                result.stderr.decode(errors="replace")[-300:],
+        argv = ["bash", "-c", RESTART_SCRIPT, "bash", webapp.command, _log_name(webapp)]
+        env = {**sandboxes.session_proxy_environment(session), **app_token_placeholders(session)}
+        try:
+            result = backend.exec(
+                str(sandbox.pk),
+                argv,
+                cwd=sandboxes.session_workspace(session),
+                env=env,
+                timeout_s=30,
+                output_limit=4096,
             )
+        except BackendError as exc:
+            logger.warning("web app %s could not be started again: %s", webapp.label, exc)
+            continue
+        if result.exit_code != 0:
+            problem = result.stderr.decode(errors="replace")[-300:]
+            logger.warning("web app %s could not be started again: %s", webapp.label, problem)
     return list(webapps)

@@ -14,12 +14,15 @@ CAT = ["cat", "attachments/numbers.txt"]
 
 
 def new_session_with_numbers(owner, model_id):
-    return sessions.session_create(
+    """Created, and its attachments copied as its first turn copies them."""
+    session = sessions.session_create(
         user=owner,
         prompt="Add up the numbers in the attachment.",
         model=model_id,
         attachments=[SimpleUploadedFile("numbers.txt", b"10 20 30\n")],
     )
+    sessions.session_attachments_copy(session=session)
+    return session
 
 
 def test_attachments_are_kept_in_the_file_store_and_copied_again_on_demand(

@@ -78,6 +78,8 @@ elif point == "after-runtime-removed":
     after(DockerBackend, "destroy")
 elif point == "after-restore":
     after(services, "snapshot_restore")
+elif point == "after-skills-and-web-apps":
+    after(services, "_after_wake")
 
 sandbox = Sandbox.objects.get(pk=sandbox_id)
 if action == "sleep":
@@ -147,7 +149,13 @@ def test_a_sleep_killed_anywhere_leaves_a_running_or_a_sleeping_sandbox_and_can_
 
 @pytest.mark.parametrize(
     "point",
-    ["after-state-restoring", "import-midway", "after-restore", "after-runtime-removed"],
+    [
+        "after-state-restoring",
+        "import-midway",
+        "after-restore",
+        "after-skills-and-web-apps",
+        "after-runtime-removed",
+    ],
 )
 def test_a_wake_killed_anywhere_leaves_a_sleeping_sandbox_that_wakes_next_time(
     process_env, running_sandbox, session, point

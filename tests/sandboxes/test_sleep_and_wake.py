@@ -164,6 +164,9 @@ def test_with_no_usable_snapshot_the_wake_fails_clearly(
     running_sandbox.refresh_from_db()
     assert running_sandbox.state == Sandbox.State.FAILED
     assert "Could not wake up" in running_sandbox.failure_reason
+    # Decided (docs/decisions.md): starting it again gives an empty workspace.
+    woken = services.sandbox_ensure_running(running_sandbox)
+    assert "big.bin" not in run(woken, MANIFEST)
 
 
 def test_only_the_newest_snapshots_are_kept_and_older_blobs_go(
@@ -255,18 +258,21 @@ def test_the_operator_commands_sleep_and_wake_a_sandbox(owner, running_sandbox, 
         call_command("sandbox_restore", owner.email)
 
 
-def test_a_wake_that_cannot_unpack_stays_asleep_and_says_why(
-    owner, running_sandbox, session, monkeypatch
+@pytest.mark.parametrize("step", ["ensure", "import_workspace"])
+def test_a_wake_that_fails_for_another_reason_stays_asleep_and_says_why(
+    owner, running_sandbox, session, monkeypatch, step
 ):
+    """The runtime will not start (an image gone, Docker restarting) or the archive will
+    not unpack (a full disk): not the snapshot's fault."""
     from sandboxes.backends.base import BackendError
 
     before = run(running_sandbox, MANIFEST)
     snapshot = sleep(running_sandbox)
 
-    def no_space(self, sandbox_id, chunks):
-        raise BackendError("could not unpack the workspace: No space left on device")
+    def fails(self, *args):
+        raise BackendError("No space left on device")
 
-    monkeypatch.setattr(DockerBackend, "import_workspace", no_space)
+    monkeypatch.setattr(DockerBackend, step, fails)
     with pytest.raises(services.SandboxUnavailable, match="No space left"):
         services.sandbox_ensure_running(running_sandbox)
     running_sandbox.refresh_from_db()
@@ -274,7 +280,16 @@ def test_a_wake_that_cannot_unpack_stays_asleep_and_says_why(
     assert "No space left" in running_sandbox.failure_reason
     assert not DockerBackend().status(str(running_sandbox.pk)).exists
     snapshot.refresh_from_db()
-    assert snapshot.status == Snapshot.Status.GOOD  # not the snapshot's fault
+    assert snapshot.status == Snapshot.Status.GOOD
 
     monkeypatch.undo()
+    assert run(services.sandbox_ensure_running(running_sandbox), MANIFEST) == before
+
+
+def test_a_failed_sandbox_with_only_its_snapshots_left_wakes_from_them(
+    owner, running_sandbox, session
+):
+    before = run(running_sandbox, MANIFEST)
+    sleep(running_sandbox)
+    Sandbox.objects.filter(pk=running_sandbox.pk).update(state=Sandbox.State.FAILED)
     assert run(services.sandbox_ensure_running(running_sandbox), MANIFEST) == before
