@@ -301,8 +301,10 @@ def sandbox_sleep(*, sandbox: Sandbox, force: bool = False) -> Snapshot | None:
             return None  # nothing to snapshot; reconciliation deals with the row
         _set_state(sandbox, Sandbox.State.SNAPSHOTTING)
         try:
+            _stop_sandbox_processes(sandbox, backend)
             snapshot = snapshot_take(sandbox, backend)
         except Exception as exc:  # whatever it was, the runtime still has the data
+            _restart_web_apps(sandbox)
             # Counted as activity: the next attempt comes after another idle period.
             _set_state(
                 sandbox,
@@ -334,6 +336,39 @@ def _only_snapshots_left(sandbox: Sandbox, backend) -> bool:
         and good_snapshots(sandbox).exists()
         and not backend.workspace_exists(str(sandbox.pk))
     )
+
+
+# Every process of the sandbox user but the runtime's own (its oldest: the entrypoint's
+# last command, which keeps the container alive) and this command's: the snapshot is then
+# the workspace at one instant, as after a power cut (which programs like SQLite recover
+# from), never files read while they are being changed.
+STOP_PROCESSES = (
+    'keep=$(pgrep -o -u "$(id -u)"); for p in $(pgrep -u "$(id -u)"); do '
+    '[ "$p" -ne "$keep" ] && [ "$p" -ne $$ ] && [ "$p" -ne "$PPID" ] && kill -KILL "$p"; '
+    "done 2>/dev/null; exit 0"
+)
+
+
+def _stop_sandbox_processes(sandbox: Sandbox, backend) -> None:
+    """Before a snapshot: web app servers and background jobs stop (web apps start
+    again on wake, or at once if the sleep fails)."""
+    result = backend.exec(
+        str(sandbox.pk),
+        ["sh", "-c", STOP_PROCESSES],
+        cwd=WORKSPACE,
+        env={},
+        timeout_s=30,
+        output_limit=4096,
+    )
+    if result.exit_code != 0:
+        raise BackendError(f"could not stop the sandbox's processes: {result.stderr.decode()}")
+
+
+def _restart_web_apps(sandbox: Sandbox) -> None:
+    from webapps.services import webapps_restart
+
+    with contextlib.suppress(BackendError):
+        webapps_restart(sandbox)
 
 
 def _wake(sandbox: Sandbox, backend) -> Sandbox:
@@ -745,6 +780,8 @@ def _reconcile_one(sandbox: Sandbox, backend, *, dry_run: bool) -> str:
                 return ""
             if not dry_run:
                 _set_state(sandbox, Sandbox.State.RUNNING, failure_reason="")
+                if state == Sandbox.State.SNAPSHOTTING:  # its processes were stopped
+                    _restart_web_apps(sandbox)
             return f"{state} with its runtime running: running"
         if state in (*RUNTIME_STATES, *HALF_DONE):
             gone = _state_without_runtime(sandbox, backend, status)

@@ -2,6 +2,8 @@
 back byte for byte into a new runtime, with Skills, Library and web apps; damaged
 snapshots are noticed and an older good one is used; old snapshots are pruned."""
 
+import time
+
 import pytest
 from django.utils import timezone
 
@@ -293,3 +295,29 @@ def test_a_failed_sandbox_with_only_its_snapshots_left_wakes_from_them(
     sleep(running_sandbox)
     Sandbox.objects.filter(pk=running_sandbox.pk).update(state=Sandbox.State.FAILED)
     assert run(services.sandbox_ensure_running(running_sandbox), MANIFEST) == before
+
+
+# Run as the sandbox user: a background job that keeps writing the same counter to two
+# files (each replaced whole), `a-counter` then `z-counter`; the 3 MB `big.bin` lies between them in the
+# archive, so an export reading them while the job runs finds them far apart.
+COUNTERS = (
+    'cd "$1" && setsid sh -c \'i=0; while true; do i=$((i+1)); '
+    "echo $i > .a && mv .a a-counter; echo $i > .z && mv .z z-counter; done' "
+    "> /dev/null 2>&1 < /dev/null & sleep 0.5"
+)
+
+
+def test_a_snapshot_is_the_workspace_at_one_instant_not_files_read_while_they_change(
+    owner, running_sandbox, session
+):
+    directory = services.session_workspace(session)
+    run(running_sandbox, COUNTERS, directory)
+    sleep(running_sandbox)
+    woken = services.sandbox_ensure_running(running_sandbox)
+    first, second = (
+        int(run(woken, f'cat "$1/{name}"', directory)) for name in ("a-counter", "z-counter")
+    )
+    assert first > 0
+    assert second - first in (0, -1), (first, second)  # z is written right after a
+    time.sleep(0.3)
+    assert int(run(woken, 'cat "$1/a-counter"', directory)) == first  # the job is not restarted
