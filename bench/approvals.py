@@ -51,6 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
+    bench_member,
     ensure_database,
     host_cpu_times,
     port_free,
@@ -664,27 +665,11 @@ def setup_data():
     """The org, user, provider, App (one Ask action among others, the org's credential),
     the sandbox and a session that selected the App; earlier bench sessions go."""
     from apps.models import App, AppAction, AppCredential
-    from quor import services as quor_services
-    from quor.models import ModelProvider, Organization, User
     from sandboxes import services
     from sandboxes.models import Session
 
-    organization = Organization.objects.filter(slug=ORG_SLUG).first()
-    organization = organization or quor_services.organization_create(
-        slug=ORG_SLUG, name="Approvals bench"
-    )
-    user = User.objects.filter(email=BENCH_EMAIL).first() or quor_services.member_create(
-        email=BENCH_EMAIL, organization=organization
-    )
-    Session.objects.filter(owner=user).delete()  # their approvals and events go with them
-    ModelProvider.objects.filter(organization=organization).delete()
-    provider = quor_services.model_provider_create(
-        organization=organization,
-        kind=ModelProvider.Kind.ANTHROPIC,
-        display_name="Bench provider",
-        api_key="sk-bench-provider-key-not-a-real-one",
-        base_url="https://provider.bench.invalid",
-        model_names=["claude-bench"],
+    organization, user, provider = bench_member(
+        slug=ORG_SLUG, name="Approvals bench", email=BENCH_EMAIL
     )
     App.objects.filter(organization=organization).delete()
     app = App.objects.create(

@@ -75,3 +75,29 @@ def remove_network() -> str:
 
 def ms(seconds) -> str:
     return "—" if seconds is None else f"{seconds * 1000:.2f}"
+
+
+def bench_member(*, slug: str, name: str, email: str):
+    """The bench's organization, member and model provider, created if missing; the
+    member's earlier sessions (their events, approvals, web apps) and the organization's
+    providers go first. Returns (organization, user, provider)."""
+    from quor import services as quor_services
+    from quor.models import ModelProvider, Organization, User
+    from sandboxes.models import Session
+
+    organization = Organization.objects.filter(slug=slug).first()
+    organization = organization or quor_services.organization_create(slug=slug, name=name)
+    user = User.objects.filter(email=email).first() or quor_services.member_create(
+        email=email, organization=organization
+    )
+    Session.objects.filter(owner=user).delete()
+    ModelProvider.objects.filter(organization=organization).delete()
+    provider = quor_services.model_provider_create(
+        organization=organization,
+        kind=ModelProvider.Kind.ANTHROPIC,
+        display_name="Bench provider",
+        api_key="sk-bench-provider-key-not-a-real-one",
+        base_url="https://provider.bench.invalid",
+        model_names=["claude-bench"],
+    )
+    return organization, user, provider

@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import ensure_database, remove_network  # noqa: E402
+from bench.common import bench_member, ensure_database, remove_network  # noqa: E402
 
 WORK = Path("/tmp/quor-bench-snapshots")  # noqa: S108  (the bench's own scratch directory)
 DATABASE = "quor_bench_snapshots"
@@ -98,31 +98,13 @@ def setup():
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    from quor import services as quor_services
-    from quor.models import ModelProvider, Organization, User
     from sandboxes import services
     from sandboxes.models import Sandbox, Session
 
-    organization = Organization.objects.filter(slug=ORG_SLUG).first()
-    organization = organization or quor_services.organization_create(
-        slug=ORG_SLUG, name="Snapshots bench"
-    )
-    user = User.objects.filter(email=BENCH_EMAIL).first() or quor_services.member_create(
-        email=BENCH_EMAIL, organization=organization
-    )
-    Session.objects.filter(owner=user).delete()
+    _, user, provider = bench_member(slug=ORG_SLUG, name="Snapshots bench", email=BENCH_EMAIL)
     sandbox = Sandbox.objects.filter(user=user).first()
     if sandbox is not None:
         services.sandbox_destroy(sandbox=sandbox)  # and its snapshots
-    ModelProvider.objects.filter(organization=organization).delete()
-    provider = quor_services.model_provider_create(
-        organization=organization,
-        kind=ModelProvider.Kind.ANTHROPIC,
-        display_name="Bench provider",
-        api_key="sk-bench-provider-key-not-a-real-one",
-        base_url="https://provider.bench.invalid",
-        model_names=["claude-bench"],
-    )
     sandbox = services.sandbox_ensure(user=user)
     session = Session.objects.create(
         owner=user, sandbox=sandbox, model_provider=provider, model_name="claude-bench"

@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
+    bench_member,
     ensure_database,
     host_cpu_times,
     ms,
@@ -332,28 +333,10 @@ def container_cpu(runtime_id: str) -> float | None:
 
 def setup_data():
     """The org, user, provider, sandbox and session; earlier bench sessions go."""
-    from quor import services as quor_services
-    from quor.models import ModelProvider, Organization, User
     from sandboxes import services
     from sandboxes.models import Session
 
-    organization = Organization.objects.filter(slug=ORG_SLUG).first()
-    organization = organization or quor_services.organization_create(
-        slug=ORG_SLUG, name="Web apps bench"
-    )
-    user = User.objects.filter(email=BENCH_EMAIL).first() or quor_services.member_create(
-        email=BENCH_EMAIL, organization=organization
-    )
-    Session.objects.filter(owner=user).delete()  # their web apps go with them
-    ModelProvider.objects.filter(organization=organization).delete()
-    provider = quor_services.model_provider_create(
-        organization=organization,
-        kind=ModelProvider.Kind.ANTHROPIC,
-        display_name="Bench provider",
-        api_key="sk-bench-provider-key-not-a-real-one",
-        base_url="https://provider.bench.invalid",
-        model_names=["claude-bench"],
-    )
+    _, user, provider = bench_member(slug=ORG_SLUG, name="Web apps bench", email=BENCH_EMAIL)
     sandbox = services.sandbox_ensure(user=user)
     session = Session.objects.create(
         owner=user, sandbox=sandbox, model_provider=provider, model_name="claude-bench"

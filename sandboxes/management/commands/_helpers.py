@@ -1,6 +1,7 @@
 from django.core.management.base import CommandError
 
 from quor.models import User
+from sandboxes.models import Sandbox
 
 
 def get_user_by_email(email: str) -> User:
@@ -8,3 +9,10 @@ def get_user_by_email(email: str) -> User:
     if user is None:
         raise CommandError(f"No user {email}.")
     return user
+
+
+def get_sandbox_by_email(email: str) -> Sandbox:
+    sandbox = Sandbox.objects.filter(user=get_user_by_email(email)).first()
+    if sandbox is None:
+        raise CommandError(f"{email} has no sandbox.")
+    return sandbox

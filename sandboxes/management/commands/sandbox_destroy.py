@@ -1,8 +1,7 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from sandboxes import services
-from sandboxes.management.commands._helpers import get_user_by_email
-from sandboxes.models import Sandbox
+from sandboxes.management.commands._helpers import get_sandbox_by_email
 
 
 class Command(BaseCommand):
@@ -13,8 +12,6 @@ class Command(BaseCommand):
         parser.add_argument("--keep-workspace", action="store_true")
 
     def handle(self, *args, email, keep_workspace, **options):
-        sandbox = Sandbox.objects.filter(user=get_user_by_email(email)).first()
-        if sandbox is None:
-            raise CommandError(f"{email} has no sandbox.")
+        sandbox = get_sandbox_by_email(email)
         services.sandbox_destroy(sandbox=sandbox, remove_workspace=not keep_workspace)
         self.stdout.write(f"{sandbox.pk} {sandbox.state}")

@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from quor.lib.errors import QuorError
 from sandboxes import services
-from sandboxes.management.commands._helpers import get_user_by_email
+from sandboxes.management.commands._helpers import get_sandbox_by_email
 from sandboxes.models import Sandbox
 from sandboxes.snapshots import good_snapshots
 
@@ -19,9 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("email")
 
     def handle(self, *args, email, **options):
-        sandbox = Sandbox.objects.filter(user=get_user_by_email(email)).first()
-        if sandbox is None:
-            raise CommandError(f"{email} has no sandbox.")
+        sandbox = get_sandbox_by_email(email)
         if sandbox.state not in (Sandbox.State.SLEEPING, Sandbox.State.RESTORING):
             raise CommandError(f"The sandbox is {sandbox.state}, not sleeping.")
         started = time.monotonic()

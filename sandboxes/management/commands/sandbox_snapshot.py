@@ -4,8 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from quor.lib.errors import QuorError
 from sandboxes import services
-from sandboxes.management.commands._helpers import get_user_by_email
-from sandboxes.models import Sandbox
+from sandboxes.management.commands._helpers import get_sandbox_by_email
 
 
 class Command(BaseCommand):
@@ -18,9 +17,7 @@ class Command(BaseCommand):
         parser.add_argument("email")
 
     def handle(self, *args, email, **options):
-        sandbox = Sandbox.objects.filter(user=get_user_by_email(email)).first()
-        if sandbox is None:
-            raise CommandError(f"{email} has no sandbox.")
+        sandbox = get_sandbox_by_email(email)
         started = time.monotonic()
         try:
             snapshot = services.sandbox_sleep(sandbox=sandbox, force=True)
