@@ -70,10 +70,14 @@ RUNTIME_STATES = (Sandbox.State.RUNNING, Sandbox.State.SNAPSHOTTING)
 # --- lifecycle ---------------------------------------------------------------------
 
 
+def _lock_key(sandbox_id) -> str:
+    return f"quor-sandbox:{sandbox_id}"
+
+
 @contextmanager
 def sandbox_lock(sandbox_id):
     """Serialises lifecycle work on one sandbox across processes."""
-    key = f"quor-sandbox:{sandbox_id}"
+    key = _lock_key(sandbox_id)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(hashtext(%s))", [key])
     try:
@@ -697,7 +701,7 @@ def session_file_write(*, session: Session, path: str, chunks: Iterable[bytes], 
 @contextmanager
 def sandbox_try_lock(sandbox_id):
     """Like sandbox_lock, but yields False at once when someone holds it."""
-    key = f"quor-sandbox:{sandbox_id}"
+    key = _lock_key(sandbox_id)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [key])
         locked = cursor.fetchone()[0]
