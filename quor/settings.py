@@ -179,6 +179,7 @@ CELERY_BEAT_SCHEDULE = {
     "sleep-idle-sandboxes": {"task": "sandboxes.tasks.sleep_idle_sandboxes", "schedule": 60.0},
     "reconcile-sandboxes": {"task": "sandboxes.tasks.reconcile_sandboxes", "schedule": 300.0},
     "requeue-pending-turns": {"task": "sandboxes.tasks.requeue_pending_turns", "schedule": 60.0},
+    "fail-lost-turns": {"task": "sandboxes.tasks.fail_lost_turns", "schedule": 60.0},
     # Starts due scheduled tasks: on the default queue, not behind slow sandbox work;
     # dropped if not picked up within 25 s (django-celery-beat's name for `expires`).
     "run-scheduled-tasks": {

@@ -20,7 +20,7 @@ from sandboxes import scheduled, services
 from sandboxes.backends import get_backend
 from sandboxes.backends.base import BackendError
 from sandboxes.managed import sync_managed_area
-from sandboxes.models import AgentEvent, Attachment, Session, Skill
+from sandboxes.models import AgentEvent, Attachment, Sandbox, Session, Skill
 
 # Kinds the agent runtime may report, and the session status each one leaves behind.
 RUNTIME_EVENT_KINDS = {
@@ -138,6 +138,43 @@ def sessions_requeue_pending(*, older_than: float = 60) -> int:
     for session_id in ids:
         tasks.run_agent_turn.delay(session_id)
     return len(ids)
+
+
+# A turn's agent is stopped at QUOR_AGENT_TURN_TIMEOUT; past this much more, nobody runs it.
+LOST_TURN_GRACE_SECONDS = 300
+# A turn whose sandbox has had no runtime for this long cannot be running either.
+LOST_TURN_NO_RUNTIME_SECONDS = 120
+LOST_TURN_MESSAGE = (
+    "This turn was lost: the worker running it stopped (a crash or a restart). "
+    "Send your message again to continue."
+)
+
+
+def sessions_fail_lost_turns() -> int:
+    """Ends turns nobody runs any more: their worker died (SIGKILL, a host restart) with
+    the agent, so nothing will end them; a session left `running` would also keep its
+    sandbox from ever going to sleep."""
+    now = timezone.now()
+    past_time_limit = now - timedelta(
+        seconds=settings.QUOR_AGENT_TURN_TIMEOUT + LOST_TURN_GRACE_SECONDS
+    )
+    no_runtime_since = now - timedelta(seconds=LOST_TURN_NO_RUNTIME_SECONDS)
+    without_runtime = (Sandbox.State.ABSENT, Sandbox.State.FAILED, Sandbox.State.STOPPED,
+                       Sandbox.State.SLEEPING)  # fmt: skip
+    failed = 0
+    for session in Session.objects.filter(status=Session.Status.RUNNING).select_related("sandbox"):
+        turn = session.events.filter(kind="session_started").order_by("-seq").first()
+        if turn is None:
+            continue
+        lost = turn.created_at < past_time_limit or (
+            session.sandbox.state in without_runtime
+            and turn.created_at < no_runtime_since
+            and session.sandbox.updated_at < no_runtime_since
+        )
+        if lost:
+            _fail(session, turn.seq, "agent.lost", LOST_TURN_MESSAGE)
+            failed += 1
+    return failed
 
 
 def _check_attachments(attachments) -> None:

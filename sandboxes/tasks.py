@@ -76,6 +76,13 @@ def requeue_pending_turns() -> None:
 
 
 @shared_task
+def fail_lost_turns() -> None:
+    from sandboxes.sessions import sessions_fail_lost_turns
+
+    sessions_fail_lost_turns()
+
+
+@shared_task
 def run_scheduled_tasks() -> None:
     """Beat runs this every 30 s; two at once are harmless (rows are locked, skip_locked)."""
     from sandboxes.scheduled import run_due_scheduled_tasks
