@@ -1,18 +1,21 @@
 """Snapshots of a sandbox's workspace for sleep and wake (not version history): the
 workspace as a tar stream, without the managed area (Skills and Library are synchronised
 again on wake), compressed with zstd (with its own content checksum) into the file store,
-read back and checked before it counts, and streamed back into a fresh runtime.
+decompressed again as it is written and its stored size checked before it counts, and
+streamed back into a fresh runtime.
 
 The lifecycle around them (when to sleep, the states, the lock) is in services.py."""
 
 import logging
+import queue
+import threading
 from collections.abc import Iterable, Iterator
 
 import zstandard
 from django.conf import settings
 from django.db import transaction
 
-from quor.filestore import blob_chunks, blob_delete, blob_put
+from quor.filestore import blob_chunks, blob_delete, blob_open, blob_put
 from quor.lib.errors import CorruptBlob
 from sandboxes.backends.base import MANAGED_AREA
 from sandboxes.models import Sandbox, Snapshot
@@ -63,16 +66,92 @@ def _decompressed(chunks: Iterable[bytes]) -> Iterator[bytes]:
         raise SnapshotDamaged("its compressed stream ends early")
 
 
+class _Decodable:
+    """Passes compressed chunks on and decompresses them as they pass (zstd checks its
+    content checksum at the end), counting what they decode to."""
+
+    def __init__(self, chunks: Iterable[bytes]):
+        self.chunks = chunks
+        self.decoded = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        stream = zstandard.ZstdDecompressor().decompressobj()
+        for chunk in self.chunks:
+            try:
+                self.decoded += len(stream.decompress(chunk))
+            except zstandard.ZstdError as exc:
+                raise SnapshotDamaged(f"it does not decompress: {exc}") from exc
+            yield chunk
+        if not stream.eof:
+            raise SnapshotDamaged("its compressed stream ends early")
+
+
+_END = object()
+
+
+def _read_ahead(chunks: Iterable[bytes], batch: int = 1 << 20, depth: int = 4) -> Iterator[bytes]:
+    """`chunks`, produced by a thread of their own in pieces of about `batch` bytes: reading
+    Docker's archive and filtering it (Python) then overlaps with compressing and storing
+    it (C code that releases the GIL). The thread's exception is raised here; stopping
+    early stops the thread."""
+    pieces: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                pieces.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        buffer = bytearray()
+        try:
+            for chunk in chunks:
+                buffer += chunk
+                if len(buffer) >= batch:
+                    if not put(bytes(buffer)):
+                        return
+                    buffer.clear()
+            if buffer and not put(bytes(buffer)):
+                return
+            put(_END)
+        except BaseException as exc:  # handed to the consumer, raised there
+            put(exc)
+
+    thread = threading.Thread(target=produce, name="snapshot-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while (item := pieces.get()) is not _END:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
 def snapshot_take(sandbox: Sandbox, backend) -> Snapshot:
     """Streams the running sandbox's workspace into the file store and records it once
-    it has been read back whole. Raises ArchiveError (export cut short), SnapshotDamaged,
-    CorruptBlob or a BackendError; the runtime is not touched either way."""
-    archive = _Counted(without_paths(backend.export_workspace(str(sandbox.pk)), MANAGED_AREA))
-    blob = blob_put(_compressed(archive))
+    it has decoded whole and the store holds all of it. Raises ArchiveError (export cut
+    short), SnapshotDamaged, CorruptBlob or a BackendError; the runtime is not touched
+    either way."""
+    sandbox_id = str(sandbox.pk)
+    archive = _Counted(
+        without_paths(
+            backend.export_workspace(sandbox_id),
+            MANAGED_AREA,
+            read_file=lambda path: backend.export_workspace(sandbox_id, path),
+        )
+    )
+    compressed = _Decodable(_compressed(_read_ahead(archive)))
+    blob = blob_put(compressed)
     try:
-        checked = sum(len(chunk) for chunk in _decompressed(blob_chunks(blob)))
-        if checked != archive.total:
-            raise SnapshotDamaged(f"it reads back as {checked} of {archive.total} bytes")
+        if compressed.decoded != archive.total:
+            raise SnapshotDamaged(f"it decodes to {compressed.decoded} of {archive.total} bytes")
+        blob_open(blob).close()  # the stored object is there, at its recorded size
     except (SnapshotDamaged, CorruptBlob):
         blob_delete(blob)
         raise

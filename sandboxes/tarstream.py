@@ -3,7 +3,9 @@ managed area (Skills and Library are synchronised again on restore) and must not
 archive that was cut short. Understands ustar names with a prefix, pax extended headers
 and GNU long names; file contents pass through untouched, in the pieces they came in."""
 
-from collections.abc import Iterable, Iterator
+import tarfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 BLOCK = 512
 END_OF_ARCHIVE = bytes(BLOCK)
@@ -89,22 +91,27 @@ def _normal(name: str) -> str:
     return name.removeprefix("./").rstrip("/")
 
 
-def without_paths(chunks: Iterable[bytes], excluded: str) -> Iterator[bytes]:
-    """The archive without the member `excluded` (a relative path) and everything
-    under it; a hard link to a left-out file is left out too. Raises ArchiveError at
-    the end of a stream that stops before the end-of-archive block."""
-    excluded = _normal(excluded)
-    blocks = _Blocks(chunks)
-    held: list[bytes] = []  # extended headers, sent only with their member
+@dataclass
+class _Member:
+    held: list[bytes]  # its extended headers
+    header: bytes
+    kind: bytes
+    name: str
+    link: str
+    size: int  # of its data in the archive, padded; 0 for links
+
+
+def _members(blocks: _Blocks) -> Iterator[_Member]:
+    """Each member's headers; its data must be read (blocks.pieces) before the next.
+    Ends at the end-of-archive block, which stays in `blocks`."""
+    held: list[bytes] = []
     extended: dict[str, str] = {}
-    left_out: set[str] = set()
     while True:
         header = blocks.take(BLOCK)
         if header is None:
             raise ArchiveError("the archive ends before its end-of-archive block")
         if header == END_OF_ARCHIVE:
-            yield header
-            yield from blocks.rest()
+            blocks.buffer[:0] = header
             return
         kind = header[156:157]
         size = _number(header[124:136])
@@ -121,19 +128,64 @@ def without_paths(chunks: Iterable[bytes], excluded: str) -> Iterator[bytes]:
         name = extended.get("path") or _field(header[:100])
         if "path" not in extended and header[257:262] == b"ustar" and header[345] != 0:
             name = f"{_field(header[345:500])}/{name}"
-        name = _normal(name)
-        link = _normal(extended.get("linkpath") or _field(header[157:257]))
-        keep = not (
-            name == excluded
-            or name.startswith(excluded + "/")
-            or (kind == HARD_LINK and link in left_out)
-        )
-        if keep:
-            yield from held
-            yield header
-        else:
-            left_out.add(name)
+        link = extended.get("linkpath") or _field(header[157:257])
+        data_size = 0 if kind in (HARD_LINK, SYMBOLIC_LINK) else _padded(size)
+        yield _Member(held, header, kind, _normal(name), _normal(link), data_size)
         held, extended = [], {}
-        for piece in blocks.pieces(0 if kind in (HARD_LINK, SYMBOLIC_LINK) else _padded(size)):
-            if keep:
-                yield piece
+
+
+def _header(like: bytes, name: str, **fields) -> bytes:
+    """A member's headers (pax ones when the name needs them) for `name`, with the mode,
+    owner and times of the header `like`."""
+    info = tarfile.TarInfo.frombuf(like, "utf-8", "surrogateescape")
+    info.name = name
+    for field, value in fields.items():
+        setattr(info, field, value)
+    return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+
+
+def _copies_of(links: list[_Member], read_file) -> Iterator[bytes]:
+    """The first link becomes a copy of the file the archive left out (read from a
+    one-file archive), the others links to that copy."""
+    first, *others = links
+    blocks = _Blocks(read_file(first.link))
+    source = next((m for m in _members(blocks) if m.kind in (b"0", b"\0")), None)
+    if source is None:
+        raise ArchiveError(f"{first.link} could not be read again")
+    size = _number(source.header[124:136])
+    yield _header(first.header, first.name, type=tarfile.REGTYPE, linkname="", size=size)
+    yield from blocks.pieces(source.size)
+    for _ in blocks.rest():  # read to its end, so its connection can be reused
+        pass
+    for link in others:
+        yield _header(link.header, link.name, type=tarfile.LNKTYPE, linkname=first.name, size=0)
+
+
+def without_paths(
+    chunks: Iterable[bytes], excluded: str, *, read_file: Callable[[str], Iterable[bytes]]
+) -> Iterator[bytes]:
+    """The archive without the member `excluded` (a relative path) and everything under
+    it. A hard link elsewhere to a left-out file becomes a copy of it at the end of the
+    archive (`read_file(path)` gives a one-file archive of it), further links to that
+    file links to the copy. Raises ArchiveError at the end of a stream that stops before
+    the end-of-archive block."""
+    excluded = _normal(excluded)
+    blocks = _Blocks(chunks)
+    left_out: set[str] = set()
+    orphans: dict[str, list[_Member]] = {}  # left-out file -> links to it from elsewhere
+    for member in _members(blocks):
+        inside = member.name == excluded or member.name.startswith(excluded + "/")
+        if inside:
+            left_out.add(member.name)
+        elif member.kind == HARD_LINK and member.link in left_out:
+            orphans.setdefault(member.link, []).append(member)
+        else:
+            yield from member.held
+            yield member.header
+            yield from blocks.pieces(member.size)
+            continue
+        for _ in blocks.pieces(member.size):
+            pass
+    for links in orphans.values():
+        yield from _copies_of(links, read_file)
+    yield from blocks.rest()

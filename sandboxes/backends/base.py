@@ -165,8 +165,9 @@ class SandboxBackend:
         Raises BackendError at the end if the command failed."""
         raise NotImplementedError
 
-    def export_workspace(self, sandbox_id: str) -> Iterator[bytes]:
-        """The workspace as an uncompressed tar stream."""
+    def export_workspace(self, sandbox_id: str, path: str = ".") -> Iterator[bytes]:
+        """The workspace (or `path` in it) as an uncompressed tar stream, read with the
+        runtime's privileges."""
         raise NotImplementedError
 
     def import_workspace(self, sandbox_id: str, tar_stream: Iterable[bytes]) -> None:

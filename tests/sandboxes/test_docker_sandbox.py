@@ -1,5 +1,8 @@
 """The Docker backend against the real Docker Engine: lifecycle, hardening, exec."""
 
+import io
+import socket
+import tarfile
 import threading
 
 import pytest
@@ -7,6 +10,8 @@ from django.db import connection
 from django.test import override_settings
 
 from sandboxes import services
+from sandboxes.backends import docker as docker_backend
+from sandboxes.backends.base import BackendError
 from sandboxes.backends.docker import DockerBackend
 from sandboxes.models import Sandbox
 from tests.docker_helpers import container_of
@@ -209,3 +214,41 @@ def test_a_new_image_replaces_an_idle_runtime_and_keeps_the_workspace(
     finally:
         services.sandbox_destroy(sandbox=Sandbox.objects.get(user=owner))
         docker_client.images.remove("quor-sandbox:upgrade-test", force=True)
+
+
+def test_an_archive_tar_refuses_is_a_backend_error_with_tars_message(running_sandbox, owner):
+    with pytest.raises(BackendError, match=r"could not unpack the workspace.*tar"):
+        DockerBackend().import_workspace(str(running_sandbox.pk), [b"not a tar archive\n" * 2000])
+
+
+def test_the_unpack_receiver_takes_no_connection_without_its_token(running_sandbox, owner):
+    """What reaches the receiver's port first is the host (the sandbox's firewall accepts
+    nothing else); even so, bytes without the token are never unpacked."""
+    backend = DockerBackend()
+    container = backend._container(str(running_sandbox.pk))
+    argv = ["python3", "-c", docker_backend.RECEIVE_AND_UNPACK, "a" * 32, "/workspace"]
+    exec_id, sock = backend._start_exec(container.id, argv, "/workspace", {}, False)
+    output = {1: bytearray(), 2: bytearray()}
+    try:
+        sock.settimeout(30)
+        frames = docker_backend._frames(sock)
+        port = int(docker_backend._first_line(frames, output))
+        address = backend.status(str(running_sandbox.pk)).network_address
+        with socket.create_connection((address, port), timeout=10) as intruder:
+            intruder.sendall(b"b" * 32 + tar_of("planted.txt", b"planted"))
+        for stream_id, data in frames:
+            output[stream_id].extend(data)
+    finally:
+        sock.close()
+    assert backend._exit_code(exec_id) != 0
+    assert b"without the token" in output[2]
+    assert run(owner, ["test", "-e", "/workspace/planted.txt"]).exit_code == 1
+
+
+def tar_of(name: str, content: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(content)
+        tar.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()

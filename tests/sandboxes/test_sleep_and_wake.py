@@ -115,6 +115,79 @@ def test_the_managed_area_is_not_in_the_snapshot(owner, running_sandbox, session
     assert b"big.bin" in archive
 
 
+def test_hard_links_to_a_library_file_wake_as_files_of_their_own(owner, running_sandbox, session):
+    """The archive holds the managed file first (names sort) and the links as links to
+    it; leaving the area out must not leave the links out."""
+    from sandboxes.managed import sync_managed_area
+
+    library_file_put(user=owner, path="notes/plan.md", content=b"the plan")
+    sync_managed_area(session=session)
+    directory = services.session_workspace(session)
+    run(running_sandbox, 'cd "$1" && ln ../../.quor-managed/library/notes/plan.md kept.md '
+        "&& ln kept.md also-kept.md", directory)  # fmt: skip
+    before = run(running_sandbox, MANIFEST)
+
+    sleep(running_sandbox)
+    library_file_put(user=owner, path="notes/plan.md", content=b"a newer plan")
+    woken = services.sandbox_ensure_running(running_sandbox)
+
+    assert run(woken, MANIFEST) == before
+    # One file with two names (not three: the library's copy is a file of its own).
+    links, inode, other_links, other_inode = run(
+        woken, 'cd "$1" && stat -c "%h %i" kept.md also-kept.md', directory
+    ).split()
+    assert (links, other_links, inode) == ("2", "2", other_inode)
+    assert run(woken, "cat /workspace/.quor-managed/library/notes/plan.md") == "a newer plan"
+
+
+def cut_short(chunks, after: int):
+    """Docker's archive stopping after `after` bytes, as when the daemon dies mid-stream."""
+    sent = 0
+    for chunk in chunks:
+        if sent + len(chunk) > after:
+            yield chunk[: after - sent]
+            return
+        sent += len(chunk)
+        yield chunk
+
+
+def flipped(chunks):
+    """A compressed stream with one byte changed in its second piece."""
+    for index, chunk in enumerate(chunks):
+        if index == 1:
+            chunk = chunk[:100] + bytes([chunk[100] ^ 0xFF]) + chunk[101:]
+        yield chunk
+
+
+@pytest.mark.parametrize("fault", ["export cut short", "stream does not decode"])
+def test_a_snapshot_that_fails_is_not_recorded_and_the_sandbox_keeps_running(
+    owner, running_sandbox, session, monkeypatch, fault
+):
+    from sandboxes import snapshots
+
+    before = run(running_sandbox, MANIFEST)
+    blobs = StoredBlob.objects.count()
+    if fault == "export cut short":
+        export = DockerBackend.export_workspace
+        monkeypatch.setattr(
+            DockerBackend, "export_workspace",
+            lambda self, sandbox_id, path=".": cut_short(export(self, sandbox_id, path), 2_000_000),
+        )  # fmt: skip
+    else:
+        compressed = snapshots._compressed
+        monkeypatch.setattr(snapshots, "_compressed", lambda chunks: flipped(compressed(chunks)))
+
+    with pytest.raises(services.SnapshotFailed):
+        services.sandbox_sleep(sandbox=running_sandbox, force=True)
+
+    running_sandbox.refresh_from_db()
+    assert running_sandbox.state == Sandbox.State.RUNNING
+    assert "Could not sleep" in running_sandbox.failure_reason
+    assert not running_sandbox.snapshots.exists()
+    assert StoredBlob.objects.count() == blobs  # the partial blob went too
+    assert run(running_sandbox, MANIFEST) == before
+
+
 def test_web_apps_run_again_after_a_wake(owner, running_sandbox, session):
     from webapps.services import webapps_restart
 

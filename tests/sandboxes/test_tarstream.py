@@ -42,6 +42,10 @@ def in_pieces(data: bytes, size: int):
     return (data[i : i + size] for i in range(0, len(data), size))
 
 
+def no_reads(path):
+    raise AssertionError(f"{path} read again, though no link needs it")
+
+
 LONG = "./sessions/" + "deep/" * 40 + "file.txt"  # past ustar's 100 + 155 characters
 
 
@@ -61,7 +65,9 @@ def test_the_managed_area_is_left_out_and_everything_else_arrives_byte_for_byte(
     ]
     if fmt != tarfile.USTAR_FORMAT:  # names past ustar's limits
         source += [(LONG, b"long"), (f"./{MANAGED}/" + "x" * 120, b"long managed name")]
-    result = b"".join(without_paths(in_pieces(archive(source, fmt), piece), MANAGED))
+    result = b"".join(
+        without_paths(in_pieces(archive(source, fmt), piece), MANAGED, read_file=no_reads)
+    )
     expected = {
         name.removeprefix("./"): content
         for name, content in source
@@ -70,16 +76,46 @@ def test_the_managed_area_is_left_out_and_everything_else_arrives_byte_for_byte(
     assert members(result) == expected
 
 
-def test_a_hard_link_to_a_left_out_file_is_left_out_too_and_others_stay():
+def test_hard_links_to_a_left_out_file_become_one_copy_of_it_and_links_to_that_copy():
+    managed_file = f"./{MANAGED}/library/notes.md"
+    long_link = "./sessions/b/" + "l" * 150  # needs a pax header of its own
     source = [
-        (f"./{MANAGED}/library/notes.md", b"notes"),
-        ("./sessions/a/notes-link", ("link", f"./{MANAGED}/library/notes.md")),
+        (managed_file, b"old notes"),
+        ("./sessions/a/notes-link", ("link", managed_file)),
         ("./sessions/a/real", b"real"),
         ("./sessions/a/real-link", ("link", "./sessions/a/real")),
         ("./sessions/a/to-managed", ("symlink", f"../../{MANAGED}/library")),
+        (long_link, ("link", managed_file)),
     ]
-    result = members(b"".join(without_paths([archive(source)], MANAGED)))
-    assert set(result) == {"sessions/a/real", "sessions/a/real-link", "sessions/a/to-managed"}
+    asked = []
+
+    def read_file(path):  # as Docker's archive of one file: its base name, its bytes
+        asked.append(path)
+        return in_pieces(archive([("notes.md", b"notes as they are now")]), 300)
+
+    data = b"".join(without_paths(in_pieces(archive(source), 700), MANAGED, read_file=read_file))
+
+    assert asked == [f"{MANAGED}/library/notes.md"]  # once, however many links
+    assert members(data) == {
+        "sessions/a/notes-link": b"notes as they are now",
+        "sessions/a/real": b"real",
+        "sessions/a/real-link": None,  # links (members() reads regular files only)
+        "sessions/a/to-managed": None,
+        long_link.removeprefix("./"): None,
+    }
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        copy, link = tar.getmember("sessions/a/notes-link"), tar.getmember(long_link[2:])
+        assert copy.isfile() and copy.mode == 0o644
+        assert link.islnk() and link.linkname == "sessions/a/notes-link"
+
+
+def test_a_left_out_file_that_cannot_be_read_again_is_an_error():
+    source = [
+        (f"./{MANAGED}/library/notes.md", b"notes"),
+        ("./sessions/a/notes-link", ("link", f"./{MANAGED}/library/notes.md")),
+    ]
+    with pytest.raises(ArchiveError, match="could not be read again"):
+        b"".join(without_paths([archive(source)], MANAGED, read_file=lambda path: [bytes(1024)]))
 
 
 def test_an_archive_cut_short_is_an_error_wherever_it_stops():
@@ -87,8 +123,10 @@ def test_an_archive_cut_short_is_an_error_wherever_it_stops():
     end = data.index(bytes(1024), 1024)  # where the end-of-archive blocks start
     for cut in (100, 512, 700, 3000, end):
         with pytest.raises(ArchiveError):
-            b"".join(without_paths([data[:cut]], MANAGED))
-    assert b"".join(without_paths([data], MANAGED)) == data  # nothing left out: unchanged
+            b"".join(without_paths([data[:cut]], MANAGED, read_file=no_reads))
+    assert (
+        b"".join(without_paths([data], MANAGED, read_file=no_reads)) == data
+    )  # nothing left out: unchanged
 
 
 def test_a_pax_path_decides_not_the_short_name_in_the_header():
@@ -102,6 +140,6 @@ def test_a_pax_path_decides_not_the_short_name_in_the_header():
             info.pax_headers = {"path": real}
             info.size = 4
             tar.addfile(info, io.BytesIO(b"data"))
-    assert members(b"".join(without_paths([buffer.getvalue()], MANAGED))) == {
+    assert members(b"".join(without_paths([buffer.getvalue()], MANAGED, read_file=no_reads))) == {
         "sessions/kept": b"data"
     }
