@@ -154,7 +154,7 @@ class Disk:
 
     def __init__(self, after_delete: float):
         self.after_delete = after_delete
-        self.last_delete = time.monotonic()  # the set-up may have deleted a sandbox
+        self.last_delete = time.monotonic()
 
     def deleted(self) -> None:
         self.last_delete = time.monotonic()
@@ -172,12 +172,15 @@ def baseline_pack(directory: Path, disk: Disk) -> tuple[float, int, int]:
     disk.rest(unpacking=False)
     started = time.perf_counter()
     subprocess.run(  # noqa: S602  (a fixed pipeline, the measured baseline)
-        f"tar -C {directory} -cf - . | tee >(wc -c > {WORK}/tar-bytes) "
-        f"| zstd -3 -T1 -q -f -o {archive}",
+        f"tar -C {directory} -cf - . | zstd -3 -T1 -q -f -o {archive}",
         shell=True, executable="/bin/bash", check=True,
     )  # fmt: skip
     packed = time.perf_counter() - started
-    return packed, int((WORK / "tar-bytes").read_text()), archive.stat().st_size
+    counted = subprocess.run(  # noqa: S602  (its size, not timed)
+        f"tar -C {directory} -cf - . | wc -c",
+        shell=True, executable="/bin/bash", check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return packed, int(counted.stdout), archive.stat().st_size
 
 
 def baseline_unpack(target: Path, disk: Disk) -> float:
@@ -254,7 +257,9 @@ def main():
     WORK.mkdir(parents=True, exist_ok=True)
     ensure_database(DATABASE)
     began = time.monotonic()
+    shutil.rmtree(WORK / "baseline-restore", ignore_errors=True)
     sandbox, session = setup()
+    disk.deleted()  # what a previous run left was removed just now
     from sandboxes import services
 
     phases = {}
@@ -263,7 +268,6 @@ def main():
     try:
         files = fill_workspace(sandbox, session, args)
         rows = []
-        shutil.rmtree(WORK / "baseline-restore", ignore_errors=True)
         for run in range(1, args.runs + 1):
             base, quor = one_run(sandbox, phases, disk)
             sandbox.refresh_from_db()

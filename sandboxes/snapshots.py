@@ -7,8 +7,6 @@ streamed back into a fresh runtime.
 The lifecycle around them (when to sleep, the states, the lock) is in services.py."""
 
 import logging
-import queue
-import threading
 from collections.abc import Iterable, Iterator
 
 import zstandard
@@ -29,7 +27,8 @@ ZSTD_LEVEL = 1
 
 
 class SnapshotDamaged(Exception):
-    """A stored snapshot cannot be read back whole (checksum, truncation, format)."""
+    """A snapshot's compressed stream does not decode whole (checksum, truncation, format),
+    as it is written or when it is read for a wake."""
 
 
 class _Counted:
@@ -86,53 +85,6 @@ class _Decodable:
             raise SnapshotDamaged("its compressed stream ends early")
 
 
-_END = object()
-
-
-def _read_ahead(chunks: Iterable[bytes], batch: int = 1 << 20, depth: int = 4) -> Iterator[bytes]:
-    """`chunks`, produced by a thread of their own in pieces of about `batch` bytes: reading
-    Docker's archive and filtering it (Python) then overlaps with compressing and storing
-    it (C code that releases the GIL). The thread's exception is raised here; stopping
-    early stops the thread."""
-    pieces: queue.Queue = queue.Queue(depth)
-    stop = threading.Event()
-
-    def put(item) -> bool:
-        while not stop.is_set():
-            try:
-                pieces.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        buffer = bytearray()
-        try:
-            for chunk in chunks:
-                buffer += chunk
-                if len(buffer) >= batch:
-                    if not put(bytes(buffer)):
-                        return
-                    buffer.clear()
-            if buffer and not put(bytes(buffer)):
-                return
-            put(_END)
-        except BaseException as exc:  # handed to the consumer, raised there
-            put(exc)
-
-    thread = threading.Thread(target=produce, name="snapshot-read-ahead", daemon=True)
-    thread.start()
-    try:
-        while (item := pieces.get()) is not _END:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        thread.join()
-
-
 def snapshot_take(sandbox: Sandbox, backend) -> Snapshot:
     """Streams the running sandbox's workspace into the file store and records it once
     it has decoded whole and the store holds all of it. Raises ArchiveError (export cut
@@ -146,7 +98,7 @@ def snapshot_take(sandbox: Sandbox, backend) -> Snapshot:
             read_file=lambda path: backend.export_workspace(sandbox_id, path),
         )
     )
-    compressed = _Decodable(_compressed(_read_ahead(archive)))
+    compressed = _Decodable(_compressed(archive))
     blob = blob_put(compressed)
     try:
         if compressed.decoded != archive.total:
