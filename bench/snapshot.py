@@ -12,9 +12,9 @@ tree of small text files (`--source-mb`, 1-8 KiB each) and a few large random bi
 (a) baseline: on the host, `tar -cf - . | zstd -3 -T1` of the workspace volume's
     directory (Docker's mountpoint) into a file, and back: `zstd -d | tar -xf -` into an
     empty directory;
-(b) Quor: `sandbox_sleep` (the snapshot streamed out of the sandbox through Docker's
-    archive API, without the managed area, compressed and decoded again as it is
-    stored, the runtime removed) and the wake (`sandbox_ensure_running`: a new
+(b) Quor: `sandbox_sleep` (the snapshot made by `tar` in the sandbox without the
+    managed area, read over TCP, compressed and decoded again as it is stored, the
+    runtime removed) and the wake (`sandbox_ensure_running`: a new
     runtime, the snapshot streamed in, Skills and Library synchronised).
 
 Before every timed step: `sync`, and no unpack (the baseline's or the wake's) starts
@@ -209,9 +209,9 @@ def timed(module, name: str, into: dict):
 
 
 def one_run(sandbox, phases: dict, disk: Disk) -> tuple[tuple, dict]:
-    """Baseline pack, sleep (snapshot_take: stream out, filter, compress, store, decode
-    as stored; then the runtime and its volume removed), baseline unpack, wake
-    (snapshot_restore: read, check, decompress, unpack in the sandbox)."""
+    """Baseline pack, sleep (snapshot_take: tar in the sandbox, read over TCP, checked,
+    compressed, stored, decoded as stored; then the runtime and its volume removed),
+    baseline unpack, wake (snapshot_restore: read, check, decompress, unpack over TCP)."""
     from sandboxes import services
 
     pack, tar_bytes, compressed = baseline_pack(volume_directory(sandbox), disk)

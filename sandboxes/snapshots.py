@@ -15,7 +15,8 @@ from django.db import transaction
 
 from quor.filestore import blob_chunks, blob_delete, blob_open, blob_put
 from quor.lib.errors import CorruptBlob
-from sandboxes.backends.base import MANAGED_AREA
+from quor.models import StoredBlob
+from sandboxes.backends.base import MANAGED_AREA, UnreadableFiles
 from sandboxes.models import Sandbox, Snapshot
 from sandboxes.tarstream import without_paths
 
@@ -85,34 +86,52 @@ class _Decodable:
             raise SnapshotDamaged("its compressed stream ends early")
 
 
-def snapshot_take(sandbox: Sandbox, backend) -> Snapshot:
-    """Streams the running sandbox's workspace into the file store and records it once
-    it has decoded whole and the store holds all of it. Raises ArchiveError (export cut
-    short), SnapshotDamaged, CorruptBlob or a BackendError; the runtime is not touched
-    either way."""
-    sandbox_id = str(sandbox.pk)
-    archive = _Counted(
-        without_paths(
-            backend.export_workspace(sandbox_id),
-            MANAGED_AREA,
-            read_file=lambda path: backend.export_workspace(sandbox_id, path),
-        )
-    )
-    compressed = _Decodable(_compressed(archive))
+def _stored(archive: Iterable[bytes]) -> tuple[StoredBlob, int]:
+    """The archive compressed into the file store once it has decoded whole and the
+    store holds all of it; with the archive's size."""
+    counted = _Counted(archive)
+    compressed = _Decodable(_compressed(counted))
     blob = blob_put(compressed)
     try:
-        if compressed.decoded != archive.total:
-            raise SnapshotDamaged(f"it decodes to {compressed.decoded} of {archive.total} bytes")
+        if compressed.decoded != counted.total:
+            raise SnapshotDamaged(f"it decodes to {compressed.decoded} of {counted.total} bytes")
         blob_open(blob).close()  # the stored object is there, at its recorded size
     except (SnapshotDamaged, CorruptBlob):
         blob_delete(blob)
         raise
+    return blob, counted.total
+
+
+def _archive(backend, sandbox_id: str, *, by_sandbox_user: bool) -> Iterator[bytes]:
+    """Checked as a whole tar archive (ArchiveError if cut short) and without the
+    managed area, whoever made it."""
+    if by_sandbox_user:
+        made = backend.export_workspace_as_sandbox_user(sandbox_id, excluded=MANAGED_AREA)
+    else:
+        made = backend.export_workspace(sandbox_id)
+    return without_paths(
+        made, MANAGED_AREA, read_file=lambda path: backend.export_workspace(sandbox_id, path)
+    )
+
+
+def snapshot_take(sandbox: Sandbox, backend) -> Snapshot:
+    """Streams the running sandbox's workspace (its processes stopped) into the file
+    store and records it. The archive is made by the sandbox user (fast), or by the
+    runtime if the user took read permission away from some file. Raises ArchiveError
+    (export cut short), SnapshotDamaged, CorruptBlob or a BackendError; the runtime is
+    not touched either way."""
+    sandbox_id = str(sandbox.pk)
+    try:
+        blob, size = _stored(_archive(backend, sandbox_id, by_sandbox_user=True))
+    except UnreadableFiles as exc:
+        logger.info("sandbox %s: snapshot through the runtime's archive: %s", sandbox_id, exc)
+        blob, size = _stored(_archive(backend, sandbox_id, by_sandbox_user=False))
     return Snapshot.objects.create(
         sandbox=sandbox,
         blob=blob,
         size=blob.size,
         sha256=blob.sha256,
-        workspace_bytes=archive.total,
+        workspace_bytes=size,
         image_ref=sandbox.image_ref,
     )
 

@@ -27,6 +27,11 @@ class RuntimeMissing(BackendError):
     """The sandbox's runtime instance does not exist (or was removed behind our back)."""
 
 
+class UnreadableFiles(BackendError):
+    """The workspace holds files the sandbox user may not read (it took their permissions
+    away): only the runtime's own archive can hold them."""
+
+
 class UnsafeSandboxSpec(BackendError):
     """A spec asks for something a sandbox may never have."""
 
@@ -168,6 +173,14 @@ class SandboxBackend:
     def export_workspace(self, sandbox_id: str, path: str = ".") -> Iterator[bytes]:
         """The workspace (or `path` in it) as an uncompressed tar stream, read with the
         runtime's privileges."""
+        raise NotImplementedError
+
+    def export_workspace_as_sandbox_user(
+        self, sandbox_id: str, *, excluded: str
+    ) -> Iterator[bytes]:
+        """The workspace without `excluded` (a top-level name) as an uncompressed tar
+        stream made by the sandbox user, with its processes stopped. Raises UnreadableFiles
+        (at the end of the stream) if some file could not be read."""
         raise NotImplementedError
 
     def import_workspace(self, sandbox_id: str, tar_stream: Iterable[bytes]) -> None:

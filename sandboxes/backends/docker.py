@@ -30,6 +30,7 @@ from sandboxes.backends.base import (
     RuntimeStatus,
     SandboxBackend,
     SandboxSpec,
+    UnreadableFiles,
     validate_spec,
 )
 
@@ -402,33 +403,56 @@ class DockerBackend(SandboxBackend):
         )
         return stream
 
+    def export_workspace_as_sandbox_user(
+        self, sandbox_id: str, *, excluded: str
+    ) -> Iterator[bytes]:
+        """Made by `tar` in the sandbox and read over TCP (see import_workspace): Docker's
+        archive API reads at about 280 MB/s, as long as `tar | zstd` takes on the host
+        (bench/snapshot.py)."""
+        try:
+            with self._transfer(sandbox_id, SEND_ARCHIVE, WORKSPACE, excluded) as connection:
+                while chunk := connection.recv(1 << 20, socket.MSG_WAITALL):
+                    yield chunk
+        except BackendError as exc:
+            if "Permission denied" in str(exc):
+                raise UnreadableFiles(str(exc)) from exc
+            raise
+
     def import_workspace(self, sandbox_id: str, tar_stream: Iterable[bytes]) -> None:
         """Unpacked by tar run as the sandbox user in the sandbox (modes kept, every file
         the sandbox user's): nothing in the archive is written as root. The bytes go over
-        a TCP connection from the host (the sandbox's firewall accepts the host), not
-        through the exec's stdin: Docker relays stdin at about 250 MB/s, which doubled
-        the time to unpack 220 MB (bench/snapshot.py). The receiver takes one connection,
-        and only with the token it was started with."""
+        a TCP connection from the host, not through the exec's stdin: Docker relays stdin
+        at about 250 MB/s, which doubled the time to unpack 220 MB (bench/snapshot.py)."""
+        with self._transfer(sandbox_id, RECEIVE_AND_UNPACK, WORKSPACE) as connection:
+            for chunk in tar_stream:
+                connection.sendall(chunk)
+
+    @contextlib.contextmanager
+    def _transfer(self, sandbox_id: str, script: str, *args: str):
+        """Runs `script` (Python) as the sandbox user with a new token and `args`; it
+        prints the port it listens on, takes one connection (the sandbox's firewall
+        accepts new ones only from the host) and only with that token, then becomes
+        `tar`. Yields the connection; raises BackendError with tar's errors if it fails."""
         container = self._container(sandbox_id)
         address = self._status_of(container).network_address
         token = secrets.token_hex(16)
-        argv = ["timeout", "--kill-after=2", f"{UNPACK_TIMEOUT_S}s",
-                "python3", "-c", RECEIVE_AND_UNPACK, token, WORKSPACE]  # fmt: skip
+        argv = ["timeout", "--kill-after=2", f"{TRANSFER_TIMEOUT_S}s",
+                "python3", "-c", script, token, *args]  # fmt: skip
         exec_id, sock = self._start_exec(container.id, argv, WORKSPACE, {}, False)
         output = {1: bytearray(), 2: bytearray()}
-        not_sent = None
+        broken = None
         try:
-            sock.settimeout(UNPACK_TIMEOUT_S + 10)
+            sock.settimeout(TRANSFER_TIMEOUT_S + 10)
             frames = _frames(sock)
             port = _first_line(frames, output)
-            try:
-                if port.isdigit():
+            if port.isdigit():
+                try:
                     with socket.create_connection((address, int(port)), timeout=30) as connection:
                         connection.sendall(token.encode())
-                        for chunk in tar_stream:
-                            connection.sendall(chunk)
-            except OSError as exc:  # the receiver stopped (its error follows) or is unreachable
-                not_sent = exc
+                        connection.settimeout(TRANSFER_TIMEOUT_S)
+                        yield connection
+                except OSError as exc:  # tar stopped (its errors follow) or is unreachable
+                    broken = exc
             for stream_id, data in frames:
                 buffer = output.get(stream_id)
                 if buffer is not None and len(buffer) < 1 << 16:
@@ -438,19 +462,18 @@ class DockerBackend(SandboxBackend):
         exit_code = self._exit_code(exec_id)
         if exit_code != 0:
             problem = output[2].decode(errors="replace").strip()[-500:]
-            raise BackendError(f"could not unpack the workspace (exit {exit_code}): {problem}")
-        if not_sent is not None:
-            raise BackendError(f"could not send the workspace: {not_sent}")
+            raise BackendError(f"tar in the sandbox failed (exit {exit_code}): {problem}")
+        if broken is not None or not port.isdigit():
+            raise BackendError(f"the workspace could not be transferred: {broken}")
 
 
-UNPACK_TIMEOUT_S = 3600
+TRANSFER_TIMEOUT_S = 3600
 
-# Run as the sandbox user in the sandbox: argv token, workspace. Prints the port it
-# listens on, takes one connection from the host, checks the token, and becomes `tar`
-# reading that connection. tar's errors go to a file and only the last of them to stderr.
-RECEIVE_AND_UNPACK = r"""
+# The start of both scripts, run as the sandbox user in the sandbox: argv token, then
+# theirs. Takes one connection from the host and checks the token.
+_ACCEPT_ONE_CONNECTION = r"""
 import os, socket, sys
-token, workspace = sys.argv[1].encode(), sys.argv[2]
+token = sys.argv[1].encode()
 listener = socket.create_server(("0.0.0.0", 0))
 listener.settimeout(30)
 print(listener.getsockname()[1], flush=True)
@@ -466,11 +489,27 @@ while len(received) < len(token):
 if received != token:
     sys.exit("a connection without the token")
 connection.settimeout(None)
+"""
+# argv: token, workspace. tar's errors go to a file and only the last of them to stderr.
+RECEIVE_AND_UNPACK = (
+    _ACCEPT_ONE_CONNECTION
+    + r"""
 os.dup2(connection.fileno(), 0)
 os.execvp("sh", ["sh", "-c",
-    'tar -x -p --no-same-owner -C "$1" -f - 2>/tmp/.quor-unpack.err; status=$?; '
-    'tail -c 2000 /tmp/.quor-unpack.err >&2; exit $status', "sh", workspace])
+    'tar -x -p --no-same-owner -C "$1" -f - 2>/tmp/.quor-tar.err; status=$?; '
+    'tail -c 2000 /tmp/.quor-tar.err >&2; exit $status', "sh", sys.argv[2]])
 """
+)
+# argv: token, workspace, the top-level name left out.
+SEND_ARCHIVE = (
+    _ACCEPT_ONE_CONNECTION
+    + r"""
+os.dup2(connection.fileno(), 1)
+os.execvp("sh", ["sh", "-c",
+    'tar -c --anchored --exclude="./$2" -C "$1" -f - . 2>/tmp/.quor-tar.err; status=$?; '
+    'tail -c 2000 /tmp/.quor-tar.err >&2; exit $status', "sh", sys.argv[2], sys.argv[3]])
+"""
+)
 
 
 def _first_line(frames: Iterator[tuple[int, bytes]], output: dict[int, bytearray]) -> str:

@@ -1,5 +1,6 @@
 """The Docker backend against the real Docker Engine: lifecycle, hardening, exec."""
 
+import contextlib
 import io
 import socket
 import tarfile
@@ -217,32 +218,60 @@ def test_a_new_image_replaces_an_idle_runtime_and_keeps_the_workspace(
 
 
 def test_an_archive_tar_refuses_is_a_backend_error_with_tars_message(running_sandbox, owner):
-    with pytest.raises(BackendError, match=r"could not unpack the workspace.*tar"):
+    with pytest.raises(
+        BackendError, match=r"tar in the sandbox failed.*does not look like a tar archive"
+    ):
         DockerBackend().import_workspace(str(running_sandbox.pk), [b"not a tar archive\n" * 2000])
+
+
+def connect_with_a_wrong_token(sandbox, script, *args, sending=b""):
+    """Starts `script` as the backend does and connects as an intruder would; returns what
+    the intruder received, the script's exit code and its stderr."""
+    backend = DockerBackend()
+    container = backend._container(str(sandbox.pk))
+    argv = ["python3", "-c", script, "a" * 32, *args]
+    exec_id, sock = backend._start_exec(container.id, argv, "/workspace", {}, False)
+    output = {1: bytearray(), 2: bytearray()}
+    received = bytearray()
+    try:
+        sock.settimeout(30)
+        frames = docker_backend._frames(sock)
+        port = int(docker_backend._first_line(frames, output))
+        address = backend.status(str(sandbox.pk)).network_address
+        with socket.create_connection((address, port), timeout=10) as intruder:
+            intruder.sendall(b"b" * 32 + sending)
+            with contextlib.suppress(ConnectionResetError):  # closed with bytes unread
+                while piece := intruder.recv(65536):
+                    received.extend(piece)
+        for stream_id, data in frames:
+            output[stream_id].extend(data)
+    finally:
+        sock.close()
+    return bytes(received), backend._exit_code(exec_id), bytes(output[2])
 
 
 def test_the_unpack_receiver_takes_no_connection_without_its_token(running_sandbox, owner):
     """What reaches the receiver's port first is the host (the sandbox's firewall accepts
     nothing else); even so, bytes without the token are never unpacked."""
-    backend = DockerBackend()
-    container = backend._container(str(running_sandbox.pk))
-    argv = ["python3", "-c", docker_backend.RECEIVE_AND_UNPACK, "a" * 32, "/workspace"]
-    exec_id, sock = backend._start_exec(container.id, argv, "/workspace", {}, False)
-    output = {1: bytearray(), 2: bytearray()}
-    try:
-        sock.settimeout(30)
-        frames = docker_backend._frames(sock)
-        port = int(docker_backend._first_line(frames, output))
-        address = backend.status(str(running_sandbox.pk)).network_address
-        with socket.create_connection((address, port), timeout=10) as intruder:
-            intruder.sendall(b"b" * 32 + tar_of("planted.txt", b"planted"))
-        for stream_id, data in frames:
-            output[stream_id].extend(data)
-    finally:
-        sock.close()
-    assert backend._exit_code(exec_id) != 0
-    assert b"without the token" in output[2]
+    _, exit_code, stderr = connect_with_a_wrong_token(
+        running_sandbox, docker_backend.RECEIVE_AND_UNPACK, "/workspace",
+        sending=tar_of("planted.txt", b"planted"),
+    )  # fmt: skip
+    assert exit_code != 0
+    assert b"without the token" in stderr
     assert run(owner, ["test", "-e", "/workspace/planted.txt"]).exit_code == 1
+
+
+def test_the_snapshot_sender_gives_nothing_to_a_connection_without_its_token(
+    running_sandbox, owner
+):
+    assert run(owner, ["sh", "-c", "echo private > /workspace/private.txt"]).exit_code == 0
+    received, exit_code, stderr = connect_with_a_wrong_token(
+        running_sandbox, docker_backend.SEND_ARCHIVE, "/workspace", ".quor-managed"
+    )
+    assert received == b""
+    assert exit_code != 0
+    assert b"without the token" in stderr
 
 
 def tar_of(name: str, content: bytes) -> bytes:

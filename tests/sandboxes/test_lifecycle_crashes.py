@@ -57,7 +57,7 @@ def mid_stream(name, stream_argument=None):
             yield chunk
 
     if stream_argument is None:  # export: the stream is what it returns
-        setattr(DockerBackend, name, lambda self, *a: cut(original(self, *a)))
+        setattr(DockerBackend, name, lambda self, *a, **kw: cut(original(self, *a, **kw)))
     else:  # import: the stream is what it is given
         setattr(DockerBackend, name, lambda self, sid, chunks: original(self, sid, cut(chunks)))
 
@@ -67,7 +67,7 @@ def state_is(state):
 
 
 if point == "export-midway":
-    mid_stream("export_workspace")
+    mid_stream("export_workspace_as_sandbox_user")
 elif point == "import-midway":
     mid_stream("import_workspace", stream_argument=True)
 elif point == "after-snapshot-recorded":

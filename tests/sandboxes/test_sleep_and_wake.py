@@ -168,10 +168,10 @@ def test_a_snapshot_that_fails_is_not_recorded_and_the_sandbox_keeps_running(
     before = run(running_sandbox, MANIFEST)
     blobs = StoredBlob.objects.count()
     if fault == "export cut short":
-        export = DockerBackend.export_workspace
+        export = DockerBackend.export_workspace_as_sandbox_user
         monkeypatch.setattr(
-            DockerBackend, "export_workspace",
-            lambda self, sandbox_id, path=".": cut_short(export(self, sandbox_id, path), 2_000_000),
+            DockerBackend, "export_workspace_as_sandbox_user",
+            lambda self, sandbox_id, **kw: cut_short(export(self, sandbox_id, **kw), 2_000_000),
         )  # fmt: skip
     else:
         compressed = snapshots._compressed
@@ -186,6 +186,27 @@ def test_a_snapshot_that_fails_is_not_recorded_and_the_sandbox_keeps_running(
     assert not running_sandbox.snapshots.exists()
     assert StoredBlob.objects.count() == blobs  # the partial blob went too
     assert run(running_sandbox, MANIFEST) == before
+
+
+def test_files_the_sandbox_user_cannot_read_are_in_the_snapshot_too(
+    owner, running_sandbox, session, caplog
+):
+    """The sandbox user makes the archive, unless it took read permission from a file
+    (or a directory); then the runtime's own archive is used, and nothing is missing."""
+    directory = services.session_workspace(session)
+    run(running_sandbox, 'cd "$1" && echo secret > locked.txt && chmod 000 locked.txt '
+        "&& mkdir -p shut/in && echo inside > shut/in/f && chmod 000 shut", directory)  # fmt: skip
+    before = run(running_sandbox, MANIFEST)
+
+    with caplog.at_level("INFO", logger="sandboxes.snapshots"):
+        sleep(running_sandbox)
+    assert "runtime's archive" in caplog.text
+    woken = services.sandbox_ensure_running(running_sandbox)
+
+    assert run(woken, MANIFEST) == before
+    assert run(woken, 'cd "$1" && stat -c "%a" locked.txt shut', directory).split() == ["0", "0"]
+    assert run(woken, 'cd "$1" && chmod 700 shut && chmod 600 locked.txt && '
+               "cat locked.txt shut/in/f", directory) == "secret\ninside\n"  # fmt: skip
 
 
 def test_web_apps_run_again_after_a_wake(owner, running_sandbox, session):
