@@ -490,26 +490,26 @@ if received != token:
     sys.exit("a connection without the token")
 connection.settimeout(None)
 """
-# argv: token, workspace. tar's errors go to a file and only the last of them to stderr.
-RECEIVE_AND_UNPACK = (
-    _ACCEPT_ONE_CONNECTION
-    + r"""
-os.dup2(connection.fileno(), 0)
-os.execvp("sh", ["sh", "-c",
-    'tar -x -p --no-same-owner -C "$1" -f - 2>/tmp/.quor-tar.err; status=$?; '
-    'tail -c 2000 /tmp/.quor-tar.err >&2; exit $status', "sh", sys.argv[2]])
-"""
-)
-# argv: token, workspace, the top-level name left out.
-SEND_ARCHIVE = (
-    _ACCEPT_ONE_CONNECTION
-    + r"""
-os.dup2(connection.fileno(), 1)
-os.execvp("sh", ["sh", "-c",
-    'tar -c --anchored --exclude="./$2" -C "$1" -f - . 2>/tmp/.quor-tar.err; status=$?; '
-    'tail -c 2000 /tmp/.quor-tar.err >&2; exit $status', "sh", sys.argv[2], sys.argv[3]])
-"""
-)
+
+
+def _connected_tar(stdio: int, tar: str) -> str:
+    """The script that accepts the host's connection, then runs `tar` (a shell command
+    over "$1", "$2", ...: the arguments after the token) with that connection as its
+    stdin (0) or stdout (1). tar's errors go to a file and only the last of them to
+    stderr, which nobody reads while the transfer runs."""
+    command = (
+        f"{tar} 2>/tmp/.quor-tar.err; status=$?; tail -c 2000 /tmp/.quor-tar.err >&2; exit $status"
+    )
+    return _ACCEPT_ONE_CONNECTION + (
+        f"os.dup2(connection.fileno(), {stdio})\n"
+        f'os.execvp("sh", ["sh", "-c", {command!r}, "sh", *sys.argv[2:]])\n'
+    )
+
+
+# Arguments: token, workspace.
+RECEIVE_AND_UNPACK = _connected_tar(0, 'tar -x -p --no-same-owner -C "$1" -f -')
+# Arguments: token, workspace, the top-level name left out.
+SEND_ARCHIVE = _connected_tar(1, 'tar -c --anchored --exclude="./$2" -C "$1" -f - .')
 
 
 def _first_line(frames: Iterator[tuple[int, bytes]], output: dict[int, bytearray]) -> str:
