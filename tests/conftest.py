@@ -61,6 +61,19 @@ def client_for():
 
 
 @pytest.fixture(scope="session", autouse=True)
+def flush_without_deadlocks():
+    """Transactional tests empty the database without deadlocking with the processes
+    that use it (tests/database.py)."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    from tests.database import sql_flush_without_deadlocks
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DatabaseOperations, "sql_flush", sql_flush_without_deadlocks)
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def empty_test_redis():
     """Tests use their own Redis database (REDIS_URL in pyproject); start it empty so
     no task or message from an earlier run leaks in."""

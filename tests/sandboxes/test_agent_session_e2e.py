@@ -5,7 +5,6 @@ events over the WebSocket, files, a follow-up and a cancel."""
 import time
 
 import pytest
-from asgiref.sync import async_to_sync
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from quor.models import ModelProvider
@@ -13,6 +12,7 @@ from sandboxes import services
 from sandboxes.models import Session
 from tests import factories
 from tests.sandboxes.test_event_stream import connect, cookie_for
+from tests.scenarios import run_scenario
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
@@ -66,7 +66,7 @@ def collect_until(cookie, session, after, predicate, timeout=120):
         await communicator.disconnect()
         return events
 
-    return async_to_sync(scenario)()
+    return run_scenario(scenario)
 
 
 def test_a_session_from_prompt_to_files_follow_up_and_cancel(

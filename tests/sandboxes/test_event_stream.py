@@ -1,13 +1,13 @@
 """The live event stream over a real WebSocket stack (Channels, Redis channel layer)."""
 
 import pytest
-from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from quor.asgi import application
 from sandboxes import sessions
 from tests import factories
+from tests.scenarios import run_scenario
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,7 +54,7 @@ def test_a_viewer_gets_the_backlog_then_live_events_in_order(owner):
         assert await communicator.receive_nothing(timeout=0.3)
         await communicator.disconnect()
 
-    async_to_sync(scenario)()
+    run_scenario(scenario)
 
 
 def test_a_reconnecting_viewer_misses_nothing_and_sees_nothing_twice(owner):
@@ -81,7 +81,7 @@ def test_a_reconnecting_viewer_misses_nothing_and_sees_nothing_twice(owner):
         await second.disconnect()
         await third.disconnect()
 
-    async_to_sync(scenario)()
+    run_scenario(scenario)
 
 
 @pytest.mark.parametrize(
@@ -98,7 +98,7 @@ def test_only_the_owner_may_watch(owner, colleague, stranger, who, code):
         assert not connected
         assert close_code == code
 
-    async_to_sync(scenario)()
+    run_scenario(scenario)
 
 
 def test_a_viewer_misses_nothing_across_a_restart_of_the_web_process(owner, process_env):
@@ -183,4 +183,36 @@ def test_an_event_whose_live_message_was_lost_still_arrives(owner, monkeypatch):
         assert (event["seq"], event["payload"]["text"]) == (1, "the last word")
         await communicator.disconnect()
 
-    async_to_sync(scenario)()
+    run_scenario(scenario)
+
+
+def test_a_viewer_that_left_in_the_middle_of_a_burst_does_not_break_the_next_viewers():
+    """A receive cancelled while it waits for the layer's per-channel lock (a viewer
+    disconnecting as events pour in) must not break a later burst of events in another
+    scenario (another event loop) of this process."""
+    import asyncio
+
+    from channels.layers import get_channel_layer
+
+    async def leave_while_waiting_for_the_channel_lock():
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        lock_name = layer.prefix + layer.non_local_name(channel)
+        await layer.receive_clean_locks.acquire(lock_name)
+        waiting = asyncio.ensure_future(layer.receive(channel))
+        await asyncio.sleep(0.1)
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        layer.receive_clean_locks.release(lock_name)
+
+    async def receive_a_burst():
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add("burst", channel)
+        for number in range(5):
+            await layer.group_send("burst", {"type": "agent.events", "number": number})
+        received = [await asyncio.wait_for(layer.receive(channel), 5) for _ in range(5)]
+        assert [message["number"] for message in received] == list(range(5))
+
+    run_scenario(leave_while_waiting_for_the_channel_lock)
+    run_scenario(receive_a_burst)
