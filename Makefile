@@ -2,10 +2,13 @@
 PYTHON := .venv/bin/python
 SHELL := /bin/bash
 
-.PHONY: dev test provision lint format migrate sandbox-image
+.PHONY: dev test provision venv lint format migrate sandbox-image lock
 
 provision:
 	tools/provision
+
+venv:
+	tools/provision --venv-only
 
 # Development mode (DEBUG, development keys) for everything `make dev` runs; the
 # proxy lets sandboxes reach the scripted demo model on the host's loopback.
@@ -19,10 +22,14 @@ dev: provision
 test: provision
 	$(PYTHON) -m pytest
 
-lint: provision
+# Needs only the virtualenv: no database, Redis or Docker (makemigrations' history check
+# warns that it cannot reach the database; the check of the models does not need it).
+lint: export QUOR_DEBUG = 1
+lint: venv
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/lint-imports
+	$(PYTHON) -W ignore::RuntimeWarning manage.py makemigrations --check --dry-run
 
 format:
 	.venv/bin/ruff check --fix .
@@ -31,3 +38,14 @@ format:
 migrate: export QUOR_DEBUG = 1
 migrate: provision
 	$(PYTHON) manage.py migrate --noinput
+
+# Builds the sandbox image (deploy/sandbox) again; Docker's cache keeps unchanged steps.
+sandbox-image: provision
+	tools/build-sandbox-image
+
+# Regenerates requirements.lock from requirements.txt and requirements-dev.txt: every
+# package, transitive ones too, pinned with the hashes of its files.
+lock: venv
+	.venv/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
+		--no-emit-index-url --no-emit-find-links \
+		--output-file requirements.lock requirements.txt requirements-dev.txt
