@@ -1,36 +1,10 @@
-"""System checks that stop start-up on configuration that would be unsafe."""
+"""System checks that stop start-up on configuration that would be unsafe.
+
+quor.E001-E003 checked the operator and worker tokens, removed because no endpoint
+used them; their ids are not reused, so an id keeps meaning one thing."""
 
 from django.conf import settings
 from django.core.checks import Error, register
-
-MIN_TOKEN_LENGTH = 32
-
-
-@register()
-def check_static_tokens(app_configs, **kwargs):
-    errors = []
-    tokens = {
-        "QUOR_OPERATOR_TOKEN": settings.QUOR_OPERATOR_TOKEN,
-        "QUOR_WORKER_TOKEN": settings.QUOR_WORKER_TOKEN,
-    }
-    for number, (name, value) in enumerate(tokens.items(), start=1):
-        if value and len(value) < MIN_TOKEN_LENGTH:
-            errors.append(
-                Error(
-                    f"{name} is set but shorter than {MIN_TOKEN_LENGTH} characters.",
-                    hint="Generate one with: openssl rand -base64 33",
-                    id=f"quor.E00{number}",
-                )
-            )
-    if settings.QUOR_OPERATOR_TOKEN and settings.QUOR_OPERATOR_TOKEN == settings.QUOR_WORKER_TOKEN:
-        errors.append(
-            Error(
-                "QUOR_OPERATOR_TOKEN and QUOR_WORKER_TOKEN have the same value.",
-                hint="Operators and workers must hold different tokens.",
-                id="quor.E003",
-            )
-        )
-    return errors
 
 
 @register()

@@ -9,12 +9,19 @@ multipart upload) has completed. The StoredBlob row is created after that, so a 
 always names complete bytes. An object without a row (a crash, a rolled-back
 transaction) and a temporary file left by a crash are removed by
 `blobs_delete_orphans` once they are an hour old. A read checks size and SHA-256
-against the row and raises CorruptBlob instead of returning its last bytes."""
+against the row and raises CorruptBlob instead of returning its last bytes.
+
+The store holds a marker object whose id the database records (FileStoreIdentity): a
+process configured with another directory or bucket (an operator's command run from
+another checkout) is refused before it writes anything, and a blob missing from such a
+store is reported as a misconfiguration, never as damage."""
 
 import hashlib
 import io
+import json
 import logging
 import os
+import secrets
 import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -23,19 +30,21 @@ from datetime import UTC, datetime, timedelta
 from typing import BinaryIO
 
 from boto3.s3.transfer import TransferConfig
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 from django.core.files.storage import FileSystemStorage, storages
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 from django.db.models.deletion import ProtectedError
 from django.utils import timezone
 
-from quor.lib.errors import CorruptBlob
-from quor.models import StoredBlob
+from quor.lib.errors import CorruptBlob, FileStoreMisconfigured, FileStoreUnavailable
+from quor.models import FileStoreIdentity, StoredBlob
 
 logger = logging.getLogger(__name__)
 
 STORAGE_NAME = "quor_files"
+# Outside PREFIX: the orphan sweep never sees it.
+MARKER_KEY = "quor-file-store.json"
 CHUNK_SIZE = 1 << 20
 PREFIX = "blobs/"
 TEMP_PREFIX = ".tmp-"
@@ -178,10 +187,105 @@ def blob_write_object(source: Source) -> WrittenObject:
     return WrittenObject(key=key, size=size, sha256=sha256)
 
 
+def describe_location(storage=None) -> str:
+    storage = storage or _storage()
+    if _is_local(storage):
+        return f"directory {storage.location}"
+    endpoint = storage.endpoint_url or "AWS"
+    return f"S3 bucket {storage.bucket_name} at {endpoint}"
+
+
+def _unreachable(storage, exc) -> FileStoreUnavailable:
+    return FileStoreUnavailable(
+        f"The file store ({describe_location(storage)}) cannot be reached: {exc}"
+    )
+
+
+def _read_marker(storage) -> str | None:
+    """The id in the store's marker object; None when there is none (or no store)."""
+    try:
+        if _is_local(storage):
+            with open(storage.path(MARKER_KEY), "rb") as f:
+                data = f.read()
+        else:
+            data = storage.bucket.Object(MARKER_KEY).get()["Body"].read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NoSuchBucket"):
+            return None
+        raise _unreachable(storage, exc) from exc
+    except (BotoCoreError, OSError) as exc:
+        raise _unreachable(storage, exc) from exc
+    try:
+        return str(json.loads(data)["id"])
+    except (ValueError, KeyError, TypeError):
+        return f"unreadable marker ({len(data)} bytes)"
+
+
+def _write_marker(storage) -> str:
+    marker = secrets.token_hex(16)
+    data = json.dumps({"id": marker, "written_to": describe_location(storage)}).encode()
+    try:
+        if _is_local(storage):
+            _write_local(storage, MARKER_KEY, iter([data]))
+        else:
+            _write_s3(storage, MARKER_KEY, iter([data]))
+    except (BotoCoreError, ClientError, OSError) as exc:
+        raise _unreachable(storage, exc) from exc
+    return marker
+
+
+def _identity(storage) -> FileStoreIdentity:
+    """The database's record of its store; the first process to ask sets it up (adopting
+    a marker the store already holds), one at a time."""
+    identity = FileStoreIdentity.objects.filter(pk=1).first()
+    if identity is not None:
+        return identity
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext('quor-file-store-identity'))")
+        identity = FileStoreIdentity.objects.filter(pk=1).first()
+        if identity is None:
+            marker = _read_marker(storage) or _write_marker(storage)
+            identity = FileStoreIdentity.objects.create(
+                pk=1, marker=marker, location=describe_location(storage)
+            )
+    return identity
+
+
+def file_store_check() -> None:
+    """Raises FileStoreMisconfigured unless this process's file store is the one this
+    database's blobs are in, FileStoreUnavailable when it cannot be reached."""
+    storage = _storage()
+    identity = _identity(storage)
+    marker = _read_marker(storage)
+    if marker != identity.marker:
+        found = "has no Quor marker" if marker is None else "belongs to another Quor database"
+        raise FileStoreMisconfigured(
+            f"This process's file store ({describe_location(storage)}) {found}: it is not "
+            f"the one this database's files are in (set up as {identity.location}). Check "
+            "QUOR_FILE_STORE_DIR or QUOR_FILE_STORE_S3_* against the workers' settings."
+        )
+
+
+_checked_locations: set[str] = set()
+
+
+def _require_the_databases_store() -> None:
+    """file_store_check, once per process and store."""
+    location = describe_location()
+    if location not in _checked_locations:
+        file_store_check()
+        _checked_locations.add(location)
+
+
 def blob_put(source: Source) -> StoredBlob:
     """Stores `source` (bytes, a file-like object or an iterable of byte chunks) and
     records it. The row is created only once the bytes are committed; if the write
-    fails nothing is recorded and no object is left."""
+    fails nothing is recorded and no object is left. Refused in a file store that is not
+    the database's."""
+    _require_the_databases_store()
     written = blob_write_object(source)
     return StoredBlob.objects.create(key=written.key, size=written.size, sha256=written.sha256)
 
@@ -240,6 +344,9 @@ def _corrupt(blob, problem: str) -> CorruptBlob:
 
 
 def _missing(blob) -> CorruptBlob:
+    """A missing object is damage only in the database's own store; otherwise the store
+    is the wrong one (FileStoreMisconfigured) or out of reach (FileStoreUnavailable)."""
+    file_store_check()
     return CorruptBlob(f"The stored file {blob.key} is missing from the file store.")
 
 
@@ -257,9 +364,11 @@ def blob_open(blob) -> BlobReader:
     except FileNotFoundError:
         raise _missing(blob) from None
     except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+        if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NoSuchBucket"):
             raise _missing(blob) from None
-        raise
+        raise _unreachable(storage, exc) from exc
+    except (BotoCoreError, OSError) as exc:
+        raise _unreachable(storage, exc) from exc
     if actual_size != blob.size:
         raw.close()
         raise _corrupt(blob, f"it has {actual_size} bytes, recorded {blob.size}")

@@ -4,6 +4,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
+from quor.filestore import file_store_check
 from sandboxes.backends import get_backend
 
 
@@ -28,6 +29,7 @@ READINESS_CHECKS = {
     "postgresql": check_postgresql,
     "redis": check_redis,
     "sandbox_backend": check_sandbox_backend,
+    "file_store": file_store_check,
 }
 
 

@@ -174,3 +174,20 @@ class StoredBlob(models.Model):
 
     def __str__(self):
         return self.key
+
+
+class FileStoreIdentity(models.Model):
+    """Which file store this database's blobs are in: the id written in that store's
+    marker object (quor/filestore.py). One row. A process whose store holds another
+    marker, or none, is pointed at the wrong directory or bucket."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    marker = models.CharField(max_length=64)
+    location = models.CharField(max_length=500, help_text="Where the store was first set up.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "file store identity"
+
+    def __str__(self):
+        return f"file store {self.marker} ({self.location})"

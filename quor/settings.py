@@ -2,6 +2,7 @@
 development default and a row in the README's configuration table."""
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 
@@ -21,11 +22,7 @@ QUOR_ENCRYPTION_KEY = env("QUOR_ENCRYPTION_KEY", "")
 DEVELOPMENT_ENCRYPTION_KEY = "insecure-development-only-encryption-key"
 CRYPTOGRAPHY_KEY = QUOR_ENCRYPTION_KEY or DEVELOPMENT_ENCRYPTION_KEY
 
-# Static bearer tokens for operator and worker endpoints (>= 32 characters, distinct).
-QUOR_OPERATOR_TOKEN = env("QUOR_OPERATOR_TOKEN", "")
-QUOR_WORKER_TOKEN = env("QUOR_WORKER_TOKEN", "")
-
-# Host names this deployment answers to.
+# Host names this deployment answers to (the host of QUOR_SANDBOX_API_URL is added below).
 ALLOWED_HOSTS = envlist("QUOR_ALLOWED_HOSTS", "127.0.0.1,localhost")
 # Origins allowed to POST forms (needed behind TLS-terminating proxies).
 CSRF_TRUSTED_ORIGINS = envlist("QUOR_CSRF_TRUSTED_ORIGINS", "")
@@ -115,6 +112,9 @@ WHITENOISE_USE_FINDERS = True
 SESSION_COOKIE_SECURE = envbool("QUOR_SECURE_COOKIES", not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_SSL_REDIRECT = envbool("QUOR_SSL_REDIRECT", False)
+# Except the sandbox-facing API: the egress proxy calls it over plain HTTP at
+# QUOR_SANDBOX_API_URL, and it accepts only the sandbox credential (no browser login).
+SECURE_REDIRECT_EXEMPT = [r"^api/v1/runtime/(whoami|sessions/[^/]+/(events|webapps))/$"]
 SECURE_HSTS_SECONDS = envint("QUOR_HSTS_SECONDS", 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
 SECURE_HSTS_PRELOAD = envbool("QUOR_HSTS_PRELOAD", False)
@@ -224,6 +224,11 @@ QUOR_SNAPSHOT_KEEP = envint("QUOR_SNAPSHOT_KEEP", 2)
 # URL at which sandboxes reach Quor's API (through the egress proxy, the one private
 # destination always allowed, exact host and port).
 QUOR_SANDBOX_API_URL = env("QUOR_SANDBOX_API_URL", "http://127.0.0.1:8000")
+# The proxy sends that URL's host as Host: always allowed, so that an operator cannot
+# forget it (Django compares the host without its port; IPv6 in brackets).
+sandbox_api_host = urlsplit(QUOR_SANDBOX_API_URL).hostname or ""
+if sandbox_api_host:
+    ALLOWED_HOSTS.append(f"[{sandbox_api_host}]" if ":" in sandbox_api_host else sandbox_api_host)
 # Extra private destinations the proxy allows, exact host:port, comma-separated.
 QUOR_EGRESS_PRIVATE_ALLOWLIST = envlist("QUOR_EGRESS_PRIVATE_ALLOWLIST", "")
 # Destination ports sandboxes may use (private allowlist and the Quor API aside).

@@ -3,7 +3,15 @@ from django.contrib import admin
 
 from quor.admin import OrganizationAdminAccess
 from quor.lib.errors import CorruptBlob, QuorError
-from sandboxes.models import AgentEvent, Attachment, LibraryFile, Sandbox, Session, Skill
+from sandboxes.models import (
+    AgentEvent,
+    Attachment,
+    LibraryFile,
+    Sandbox,
+    Session,
+    Skill,
+    WorkspaceReset,
+)
 from sandboxes.skills import clean_skill_files, skill_files, skill_set_files
 
 
@@ -17,6 +25,7 @@ class SandboxAdmin(admin.ModelAdmin):
         "image_ref",
         "last_activity_at",
         "updated_at",
+        "failure_reason",
     ]
     list_filter = ["state", "backend", "network_policy"]
     search_fields = ["user__email", "runtime_id", "id"]
@@ -28,7 +37,28 @@ class SandboxAdmin(admin.ModelAdmin):
         "created_at",
         "updated_at",
         "last_activity_at",
+        "has_workspace",
     ]
+
+
+@admin.register(WorkspaceReset)
+class WorkspaceResetAdmin(admin.ModelAdmin):
+    """The record of workspaces given up on purpose: read only."""
+
+    list_display = ["sandbox", "action", "actor", "via", "created_at"]
+    list_filter = ["action", "created_at"]
+    search_fields = ["sandbox__user__email", "sandbox__id"]
+    list_select_related = ["sandbox__user", "actor"]
+    readonly_fields = ["sandbox", "action", "actor", "via", "replaced", "created_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 class AttachmentInline(admin.TabularInline):

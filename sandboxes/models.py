@@ -36,6 +36,8 @@ class Sandbox(models.Model):
         STOPPING = "stopping", "Stopping"
         STOPPED = "stopped", "Stopped"
         FAILED = "failed", "Failed"
+        # Its workspace cannot be restored: only an explicit action starts it empty.
+        UNRESTORABLE = "unrestorable", "Workspace cannot be restored"
 
     class NetworkPolicy(models.TextChoices):
         DENY = "deny", "Deny (Quor API only)"
@@ -70,6 +72,11 @@ class Sandbox(models.Model):
     runtime_credential_hash = models.CharField(
         max_length=64, blank=True, db_index=True, editable=False
     )
+    has_workspace = models.BooleanField(
+        default=False,
+        help_text="The user has a workspace (in a runtime or in snapshots) that Quor never "
+        "replaces with an empty one unless someone asks (WorkspaceReset).",
+    )
     last_activity_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -79,6 +86,30 @@ class Sandbox(models.Model):
 
     def __str__(self):
         return f"sandbox of {self.user}"
+
+
+class WorkspaceReset(models.Model):
+    """A user's workspace given up on purpose: started empty after it could not be
+    restored, or removed with its snapshots. Who did it and what it replaced."""
+
+    class Action(models.TextChoices):
+        STARTED_EMPTY = "started_empty", "Started with an empty workspace"
+        REMOVED = "removed", "Workspace and snapshots removed"
+
+    sandbox = models.ForeignKey(Sandbox, on_delete=models.CASCADE, related_name="resets")
+    action = models.CharField(max_length=20, choices=Action.choices)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    via = models.CharField(max_length=40, help_text="The page, the API or an operator command.")
+    replaced = models.TextField(blank=True, help_text="The sandbox's state and failure then.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"{self.get_action_display()} ({self.sandbox_id}, {self.created_at:%Y-%m-%d %H:%M})"
 
 
 class Snapshot(models.Model):

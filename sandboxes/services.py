@@ -22,7 +22,13 @@ from django.utils import timezone
 
 from egress.ca import ensure_ca
 from egress.decisions import API_ALIAS, SANDBOX_PRINCIPAL, SESSION_PRINCIPAL_PREFIX
-from quor.lib.errors import CorruptBlob, InvalidInput, QuorError
+from quor.lib.errors import (
+    CorruptBlob,
+    FileStoreMisconfigured,
+    FileStoreUnavailable,
+    InvalidInput,
+    QuorError,
+)
 from quor.lib.permissions import check_sandbox_access
 from sandboxes.backends import get_backend
 from sandboxes.backends.base import (
@@ -35,7 +41,14 @@ from sandboxes.backends.base import (
     RuntimeMissing,
     SandboxSpec,
 )
-from sandboxes.models import Sandbox, Session, Snapshot, hash_token, new_secret_token
+from sandboxes.models import (
+    Sandbox,
+    Session,
+    Snapshot,
+    WorkspaceReset,
+    hash_token,
+    new_secret_token,
+)
 from sandboxes.selectors import get_session_for_user, is_uuid
 from sandboxes.snapshots import (
     SnapshotDamaged,
@@ -54,6 +67,20 @@ class SandboxUnavailable(QuorError):
     status = 503
     code = "sandboxes.unavailable"
     default_message = "The sandbox could not be started."
+
+
+class WorkspaceUnrestorable(QuorError):
+    status = 409
+    code = "sandboxes.workspace_unrestorable"
+    default_message = (
+        "Your workspace could not be restored. You can start again with an empty workspace."
+    )
+
+
+class WorkspaceNotLost(QuorError):
+    status = 409
+    code = "sandboxes.workspace_not_lost"
+    default_message = "The workspace is not lost, so it is not replaced."
 
 
 class SnapshotFailed(QuorError):
@@ -198,9 +225,9 @@ def _ensure_running(sandbox: Sandbox, for_session: Session | None) -> Sandbox:
     with sandbox_lock(sandbox.pk):
         sandbox.refresh_from_db()
         backend = get_backend(sandbox.backend)
+        if sandbox.state == Sandbox.State.UNRESTORABLE:
+            raise WorkspaceUnrestorable(_unrestorable_message(sandbox))
         if sandbox.state in (Sandbox.State.SLEEPING, Sandbox.State.RESTORING):
-            return _wake(sandbox, backend)
-        if _only_snapshots_left(sandbox, backend):
             return _wake(sandbox, backend)
         if sandbox.state in RUNTIME_STATES:  # SNAPSHOTTING: a sleep that died half-way
             status = backend.status(str(sandbox.pk))
@@ -210,8 +237,65 @@ def _ensure_running(sandbox: Sandbox, for_session: Session | None) -> Sandbox:
             if status.exists:
                 # A new image: replace the runtime, keep the workspace.
                 backend.destroy(str(sandbox.pk), remove_workspace=False)
+        if not backend.workspace_exists(str(sandbox.pk)):
+            if good_snapshots(sandbox).exists():
+                return _wake(sandbox, backend)
+            if sandbox.has_workspace:
+                _mark_unrestorable(sandbox, "its workspace is gone and it has no snapshot")
+                raise WorkspaceUnrestorable(_unrestorable_message(sandbox))
         _set_state(sandbox, Sandbox.State.PROVISIONING, failure_reason="", **_new_credential())
-        _record_runtime(sandbox, _start_runtime(sandbox, backend))
+        _record_runtime(sandbox, _start_runtime(sandbox, backend), has_workspace=True)
+    return sandbox
+
+
+def _mark_unrestorable(sandbox: Sandbox, problem: str) -> None:
+    """Nothing may replace this workspace with an empty one now but an explicit
+    `sandbox_start_empty`; operators see it in the log, users on their pages."""
+    logger.error("sandbox %s: workspace cannot be restored: %s", sandbox.pk, problem)
+    _set_state(
+        sandbox,
+        Sandbox.State.UNRESTORABLE,
+        runtime_id="",
+        network_address=None,
+        runtime_credential="",
+        runtime_credential_hash="",
+        failure_reason=f"Could not restore the workspace: {problem}.",
+    )
+
+
+def _unrestorable_message(sandbox: Sandbox) -> str:
+    return (
+        f"{sandbox.failure_reason} Your earlier files are not in the sandbox; you can start "
+        "again with an empty workspace."
+    )
+
+
+def check_workspace_restorable(sandbox: Sandbox) -> None:
+    """New work is refused while the workspace cannot be restored: it would run in an
+    empty one."""
+    if sandbox.state == Sandbox.State.UNRESTORABLE:
+        raise WorkspaceUnrestorable(_unrestorable_message(sandbox))
+
+
+def sandbox_start_empty(*, sandbox: Sandbox, actor=None, via: str) -> Sandbox:
+    """The explicit way on from a workspace that cannot be restored: the next start
+    gives an empty workspace. Recorded with who asked and what it replaced."""
+    with sandbox_lock(sandbox.pk):
+        sandbox.refresh_from_db()
+        if sandbox.state != Sandbox.State.UNRESTORABLE:
+            raise WorkspaceNotLost(
+                f"The sandbox is {sandbox.get_state_display().lower()}: its workspace is "
+                "not lost, so it is not replaced."
+            )
+        WorkspaceReset.objects.create(
+            sandbox=sandbox,
+            action=WorkspaceReset.Action.STARTED_EMPTY,
+            actor=actor,
+            via=via,
+            replaced=sandbox.failure_reason,
+        )
+        logger.warning("sandbox %s: started with an empty workspace (%s)", sandbox.pk, via)
+        _set_state(sandbox, Sandbox.State.ABSENT, has_workspace=False, failure_reason="")
     return sandbox
 
 
@@ -331,17 +415,6 @@ def sandbox_sleep(*, sandbox: Sandbox, force: bool = False) -> Snapshot | None:
     return snapshot
 
 
-def _only_snapshots_left(sandbox: Sandbox, backend) -> bool:
-    """A failed or absent sandbox whose workspace is gone but whose snapshots are not (a
-    wake that could not start its runtime, an operator's cleanup): it wakes from them
-    rather than starting empty."""
-    return (
-        sandbox.state in (Sandbox.State.FAILED, Sandbox.State.ABSENT)
-        and good_snapshots(sandbox).exists()
-        and not backend.workspace_exists(str(sandbox.pk))
-    )
-
-
 # Every process of the sandbox user but the runtime's own (its oldest: the entrypoint's
 # last command, which keeps the container alive) and this command's: the snapshot is then
 # the workspace at one instant, as after a power cut (which programs like SQLite recover
@@ -393,7 +466,8 @@ def _wake(sandbox: Sandbox, backend) -> Sandbox:
             taken = f"{snapshot.created_at:%Y-%m-%d %H:%M}"
             damaged.append(f"the snapshot of {taken} is damaged ({exc})")
             continue
-        except BackendError as exc:
+        except (BackendError, FileStoreMisconfigured, FileStoreUnavailable) as exc:
+            # Not the snapshot's fault: it stays good, and the sandbox asleep to try again.
             with contextlib.suppress(BackendError):
                 backend.destroy(str(sandbox.pk), remove_workspace=True)
             _set_state(
@@ -415,9 +489,8 @@ def _wake(sandbox: Sandbox, backend) -> Sandbox:
         _record_runtime(sandbox, status, failure_reason="; ".join(damaged))
         return sandbox
     backend.destroy(str(sandbox.pk), remove_workspace=True)
-    problem = "; ".join(damaged) or "it has no snapshot"
-    _set_state(sandbox, Sandbox.State.FAILED, failure_reason=f"Could not wake up: {problem}.")
-    raise SandboxUnavailable(f"The sandbox could not be woken up: {problem}.")
+    _mark_unrestorable(sandbox, "; ".join(damaged) or "it has no snapshot")
+    raise WorkspaceUnrestorable(_unrestorable_message(sandbox))
 
 
 def _after_wake(sandbox: Sandbox) -> None:
@@ -474,14 +547,26 @@ def sandbox_stop(*, sandbox: Sandbox) -> Sandbox:
     return sandbox
 
 
-def sandbox_destroy(*, sandbox: Sandbox, remove_workspace: bool = True) -> Sandbox:
+def sandbox_destroy(
+    *, sandbox: Sandbox, remove_workspace: bool = True, actor=None, via: str = "operator"
+) -> Sandbox:
     """Removes the runtime (and the workspace, by default: a sleeping sandbox's
-    workspace is its snapshots). The row stays, absent, so that its sessions keep their
-    history."""
+    workspace is its snapshots, and removing it is recorded). The row stays, absent, so
+    that its sessions keep their history."""
     with sandbox_lock(sandbox.pk):
         sandbox.refresh_from_db()
-        if sandbox.state == Sandbox.State.SLEEPING and not remove_workspace:
+        if sandbox.state in (Sandbox.State.SLEEPING, Sandbox.State.UNRESTORABLE) and (
+            not remove_workspace
+        ):
             return sandbox
+        if remove_workspace and sandbox.has_workspace:
+            WorkspaceReset.objects.create(
+                sandbox=sandbox,
+                action=WorkspaceReset.Action.REMOVED,
+                actor=actor,
+                via=via,
+                replaced=f"{sandbox.state} {sandbox.failure_reason}".strip(),
+            )
         _set_state(sandbox, Sandbox.State.STOPPING)
         get_backend(sandbox.backend).destroy(str(sandbox.pk), remove_workspace=remove_workspace)
         if remove_workspace:
@@ -494,6 +579,7 @@ def sandbox_destroy(*, sandbox: Sandbox, remove_workspace: bool = True) -> Sandb
             network_address=None,
             runtime_credential="",
             runtime_credential_hash="",
+            **({"has_workspace": False} if remove_workspace else {}),
         )
     return sandbox
 
@@ -789,6 +875,13 @@ def _reconcile_one(sandbox: Sandbox, backend, *, dry_run: bool) -> str:
             return f"{state} with its runtime running: running"
         if state in (*RUNTIME_STATES, *HALF_DONE):
             gone = _state_without_runtime(sandbox, backend, status)
+            if gone == Sandbox.State.UNRESTORABLE:
+                if not dry_run:
+                    _mark_unrestorable(
+                        sandbox, f"its runtime and workspace were found {status.detail}, with "
+                        "no snapshot",
+                    )  # fmt: skip
+                return f"{state}, but its runtime and workspace are gone: now unrestorable"
             if not dry_run:
                 _set_state(
                     sandbox,
@@ -803,11 +896,12 @@ def _reconcile_one(sandbox: Sandbox, backend, *, dry_run: bool) -> str:
 
 def _state_without_runtime(sandbox: Sandbox, backend, status) -> str:
     """Stopped if the instance is there; absent if its workspace is (a new runtime gets
-    it back); sleeping if only a snapshot is left; else absent (a new, empty one)."""
+    it back); sleeping if only a snapshot is left; else unrestorable if it had a
+    workspace (never silently a new, empty one), absent if it never had one."""
     if status.exists:
         return Sandbox.State.STOPPED
     if backend.workspace_exists(str(sandbox.pk)):
         return Sandbox.State.ABSENT
     if good_snapshots(sandbox).exists():
         return Sandbox.State.SLEEPING
-    return Sandbox.State.ABSENT
+    return Sandbox.State.UNRESTORABLE if sandbox.has_workspace else Sandbox.State.ABSENT

@@ -236,10 +236,12 @@ def session_create(
             f"Unknown Skills: {', '.join(sorted(unknown))}.", code="sessions.unknown_skill"
         )
     selected_apps = apps_for_selection(organization, apps)
+    sandbox = services.get_or_create_sandbox(user=user)
+    services.check_workspace_restorable(sandbox)
     session = Session.objects.create(
         skills=sorted(set(skills)),
         owner=user,
-        sandbox=services.get_or_create_sandbox(user=user),
+        sandbox=sandbox,
         title=(title or prompt.strip().splitlines()[0])[:200],
         model_provider=choice.provider,
         model_name=choice.name,
@@ -261,6 +263,7 @@ def session_message(*, user, session: Session, text) -> Session:
     check_sandbox_access(user)
     text = _clean_message(text)
     session = Session.objects.select_for_update().get(pk=session.pk)
+    services.check_workspace_restorable(session.sandbox)
     if session.status in OPEN_STATUSES:
         raise Conflict("The agent is still working on this session.", code="sessions.busy")
     Session.objects.filter(pk=session.pk).update(
@@ -420,6 +423,9 @@ def session_run_turn(*, session_id) -> None:
             timeout_s=settings.QUOR_AGENT_TURN_TIMEOUT,
             output_limit=64 * 1024,
         )
+    except services.WorkspaceUnrestorable as exc:
+        _fail(session, turn, exc.code, exc.message)
+        return
     except (QuorError, BackendError) as exc:
         _fail(
             session,

@@ -8,6 +8,8 @@ import logging
 from celery import shared_task
 from celery.signals import worker_ready
 
+from quor.filestore import file_store_check
+from quor.lib.errors import QuorError
 from sandboxes import services
 from sandboxes.backends.base import BackendError
 from sandboxes.models import Sandbox
@@ -22,8 +24,8 @@ def ensure_sandbox(sandbox_id: str) -> None:
         return
     try:
         services.sandbox_ensure_running(sandbox)
-    except services.SandboxUnavailable:
-        return  # recorded on the row as failed, with the reason
+    except (services.SandboxUnavailable, services.WorkspaceUnrestorable):
+        return  # recorded on the row, with the reason
 
 
 @shared_task
@@ -57,7 +59,13 @@ def reconcile_sandboxes() -> None:
 @worker_ready.connect
 def reconcile_at_worker_start(sender, **kwargs):
     """A worker that starts (after a crash too) has the runtimes compared with the
-    database before it takes other work from the sandboxes queue."""
+    database before it takes other work from the sandboxes queue. It also checks its file
+    store: the first worker of a deployment marks it as the database's, so that a
+    command run with other settings is refused, and a worker with the wrong one says so."""
+    try:
+        file_store_check()
+    except QuorError as exc:
+        logger.error("%s: %s", exc.code, exc.message)
     reconcile_sandboxes.delay()
 
 

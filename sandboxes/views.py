@@ -5,6 +5,8 @@ from django.contrib.auth.decorators import login_required
 from django.db.models import Max
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.selectors import enabled_apps
@@ -12,7 +14,7 @@ from quor import selectors as quor_selectors
 from quor.lib.errors import QuorError
 from quor.lib.permissions import get_active_membership
 from sandboxes import selectors, services, sessions
-from sandboxes.models import Session, Skill
+from sandboxes.models import Sandbox, Session, Skill
 from webapps.services import session_set_sharing, webapp_payload
 
 
@@ -60,6 +62,7 @@ def session_list(request):
         "sandboxes/session_list.html",
         {
             "sessions": selectors.sessions_of(request.user)[:100],
+            "sandbox": Sandbox.objects.filter(user=request.user).first(),
             "models": _models_for(request.user),
             "skills": _skills_for(request.user),
             "apps": _apps_for(request.user),
@@ -93,11 +96,14 @@ def session_detail(request, session_id):
     session = _session_or_404(request.user, session_id)
     if request.method == "POST":
         return _session_sharing(request, session)
+    reset = session.sandbox.resets.filter(created_at__gt=session.created_at).first()
     return render(
         request,
         "sandboxes/session_detail.html",
         {
             "session": session,
+            "sandbox": session.sandbox,
+            "files_lost_at": reset.created_at if reset else None,
             "apps": session.apps.order_by("name"),
             "webapps": [webapp_payload(webapp) for webapp in session.webapps.all()],
             # Events up to here are on the page already (web apps: no second load).
@@ -141,3 +147,25 @@ def session_cancel(request, session_id):
     except QuorError as exc:
         messages.error(request, exc.message)
     return redirect("session-detail", session_id=session.pk)
+
+
+@login_required
+@require_POST
+def sandbox_start_empty(request):
+    """The notice's button: only for a workspace that cannot be restored, and only
+    with the box ticked."""
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        back = reverse("home")
+    if request.POST.get("confirm") != "yes":
+        messages.error(request, "Tick the box to confirm that your earlier files are gone.")
+        return redirect(back)
+    try:
+        services.sandbox_start_empty(
+            sandbox=selectors.get_sandbox_for_user(request.user), actor=request.user, via="page"
+        )
+    except QuorError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, "Your sandbox starts with an empty workspace.")
+    return redirect(back)

@@ -379,7 +379,11 @@ class LocalFileStore:
         self.root = root
 
     def keys(self) -> set[str]:
-        return {str(p.relative_to(self.root)) for p in self.root.rglob("*") if p.is_file()}
+        """Every object but the store's marker."""
+        from quor.filestore import MARKER_KEY
+
+        found = {str(p.relative_to(self.root)) for p in self.root.rglob("*") if p.is_file()}
+        return found - {MARKER_KEY}
 
     def read_raw(self, key: str) -> bytes:
         return (self.root / key).read_bytes()
@@ -410,8 +414,11 @@ class S3FileStore:
         self.bucket = bucket
 
     def keys(self) -> set[str]:
+        """Every object but the store's marker."""
+        from quor.filestore import MARKER_KEY
+
         listing = self.client.list_objects_v2(Bucket=self.bucket)
-        return {entry["Key"] for entry in listing.get("Contents", ())}
+        return {entry["Key"] for entry in listing.get("Contents", ())} - {MARKER_KEY}
 
     def read_raw(self, key: str) -> bytes:
         return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
@@ -473,3 +480,24 @@ def s3_file_store(settings, s3_server, monkeypatch):
 def file_store(request):
     """Runs the test once against a directory and once against the S3 server."""
     return request.getfixturevalue(f"{request.param}_file_store")
+
+
+@pytest.fixture
+def another_file_store(settings, tmp_path, monkeypatch):
+    """A context manager: inside it this process's file store is another, empty
+    directory, as for an operator command run from a checkout with other settings."""
+    from contextlib import contextmanager
+
+    root = tmp_path / "another-store"
+    storage = _file_store_settings(monkeypatch, {"QUOR_FILE_STORE_DIR": str(root)})
+
+    @contextmanager
+    def using():
+        before = settings.STORAGES
+        settings.STORAGES = {**before, "quor_files": storage}
+        try:
+            yield LocalFileStore(root)
+        finally:
+            settings.STORAGES = before
+
+    return using

@@ -58,6 +58,21 @@ class CorruptBlob(QuorError):
     default_message = "A stored file is missing or damaged."
 
 
+class FileStoreMisconfigured(QuorError):
+    """This process's file store is not the one the database's files were written to (a
+    wrong directory or bucket): nothing it lacks is damaged, and nothing may be written."""
+
+    status = 503
+    code = "filestore.misconfigured"
+    default_message = "The file store is not the one Quor's files are in."
+
+
+class FileStoreUnavailable(QuorError):
+    status = 503
+    code = "filestore.unavailable"
+    default_message = "The file store cannot be reached."
+
+
 def error_body(code: str, message: str, fields=None) -> dict:
     error = {"code": code, "message": message}
     if fields:

@@ -55,6 +55,12 @@ class SandboxSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class StartEmptySerializer(StrictSerializer):
+    confirm = serializers.BooleanField(
+        help_text="true: the earlier files are gone and the next start gives an empty workspace."
+    )
+
+
 class SandboxRequestSerializer(StrictSerializer):
     network_policy = serializers.ChoiceField(choices=Sandbox.NetworkPolicy.choices, required=False)
 

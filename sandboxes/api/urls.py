@@ -9,6 +9,7 @@ router.register("scheduled-tasks", scheduled.ScheduledTaskViewSet, basename="api
 
 urlpatterns = [
     path("sandbox/", views.MySandboxView.as_view(), name="api-my-sandbox"),
+    path("sandbox/start-empty/", views.StartEmptyView.as_view(), name="api-sandbox-start-empty"),
     path("library/", views.LibraryView.as_view(), name="api-library"),
     path("runtime/whoami/", views.RuntimeWhoAmIView.as_view(), name="api-runtime-whoami"),
     path(

@@ -27,6 +27,7 @@ from sandboxes.api.serializers import (
     SessionCreateSerializer,
     SessionSerializer,
     SessionUpdateSerializer,
+    StartEmptySerializer,
     WebAppSerializer,
 )
 from sandboxes.selectors import is_uuid
@@ -147,6 +148,24 @@ class MySandboxView(APIView):
             user=request.user, network_policy=serializer.validated_data.get("network_policy")
         )
         return Response(SandboxSerializer(sandbox).data, status=status.HTTP_202_ACCEPTED)
+
+
+class StartEmptyView(APIView):
+    @extend_schema(request=StartEmptySerializer, responses=SandboxSerializer)
+    def post(self, request):
+        """For a sandbox whose workspace cannot be restored only: starts it again with an
+        empty workspace (recorded). `{"confirm": true}` is required."""
+        serializer = StartEmptySerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        if not serializer.validated_data["confirm"]:
+            raise InvalidInput(
+                'Confirm that the earlier files are gone: {"confirm": true}.',
+                code="sandboxes.confirmation_required",
+            )
+        sandbox = services.sandbox_start_empty(
+            sandbox=selectors.get_sandbox_for_user(request.user), actor=request.user, via="api"
+        )
+        return Response(SandboxSerializer(sandbox).data)
 
 
 class SessionExecView(APIView):

@@ -13,7 +13,12 @@ def test_healthz_answers_while_the_process_is_alive(client):
 def test_readyz_reports_every_part_ok_with_real_services(client):
     response = client.get("/readyz")
     assert response.status_code == 200, response.json()
-    assert response.json()["checks"] == {"postgresql": "ok", "redis": "ok", "sandbox_backend": "ok"}
+    assert response.json()["checks"] == {
+        "postgresql": "ok",
+        "redis": "ok",
+        "sandbox_backend": "ok",
+        "file_store": "ok",
+    }
 
 
 @pytest.mark.django_db

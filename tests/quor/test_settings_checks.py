@@ -1,45 +1,28 @@
+import json
 import os
+import re
+import secrets
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.test import override_settings
+from django.urls import get_resolver, resolve
 
-from quor.checks import check_encryption_key, check_static_tokens
+from egress.decisions import API_ALIAS, Destination, upstream_host_header
+from egress.directory import url_endpoint
+from quor.checks import check_encryption_key
+from sandboxes.api.authentication import SandboxCredentialAuthentication
+from sandboxes.models import Sandbox, Session, hash_token
+from tests import factories
 
 ROOT = Path(__file__).resolve().parents[2]
-LONG_A = "a" * 40
-LONG_B = "b" * 40
 
 
 def error_ids(errors):
     return sorted(error.id for error in errors)
-
-
-@override_settings(QUOR_OPERATOR_TOKEN="short", QUOR_WORKER_TOKEN=LONG_B)
-def test_a_short_operator_token_fails_the_checks():
-    assert error_ids(check_static_tokens(None)) == ["quor.E001"]
-
-
-@override_settings(QUOR_OPERATOR_TOKEN=LONG_A, QUOR_WORKER_TOKEN="x" * 31)
-def test_a_short_worker_token_fails_the_checks():
-    assert error_ids(check_static_tokens(None)) == ["quor.E002"]
-
-
-@override_settings(QUOR_OPERATOR_TOKEN=LONG_A, QUOR_WORKER_TOKEN=LONG_A)
-def test_identical_operator_and_worker_tokens_fail_the_checks():
-    assert error_ids(check_static_tokens(None)) == ["quor.E003"]
-
-
-@override_settings(QUOR_OPERATOR_TOKEN=LONG_A, QUOR_WORKER_TOKEN=LONG_B)
-def test_long_distinct_tokens_pass():
-    assert check_static_tokens(None) == []
-
-
-@override_settings(QUOR_OPERATOR_TOKEN="", QUOR_WORKER_TOKEN="")
-def test_unset_tokens_pass():
-    assert check_static_tokens(None) == []
 
 
 @pytest.mark.parametrize(
@@ -55,17 +38,21 @@ def test_the_encryption_key_is_required_outside_development(debug, key, expected
         assert error_ids(check_encryption_key(None)) == expected
 
 
-PRODUCTION_ENV = {
-    "QUOR_SECRET_KEY": "p" * 20 + "Xy9!-production-like-secret-key-value-0123456789",
-    "QUOR_ENCRYPTION_KEY": "e" * 48,
-    "QUOR_OPERATOR_TOKEN": LONG_A,
-    "QUOR_WORKER_TOKEN": LONG_B,
-    "QUOR_ALLOWED_HOSTS": "quor.example.com",
-    "QUOR_SSL_REDIRECT": "true",
-    "QUOR_HSTS_SECONDS": "31536000",
-    "QUOR_HSTS_PRELOAD": "true",
-    "QUOR_BEHIND_TLS_PROXY": "true",
-}
+def production_example() -> dict[str, str]:
+    """The README's production configuration, each `<placeholder>` filled with a random
+    value, so that the tests run what an operator copies."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("\n### Production\n") :]
+    block = re.search(r"```sh\n(.*?)```", section, re.DOTALL).group(1)
+    example = {}
+    for line in block.splitlines():
+        name, _, value = line.partition("#")[0].strip().partition("=")
+        if name:
+            example[name] = re.sub(r"<[^>]*>", lambda _: secrets.token_urlsafe(48), value)
+    return example
+
+
+PRODUCTION_ENV = production_example()
 
 
 def run_manage(*args, env_changes, drop=()):
@@ -94,10 +81,13 @@ def test_startup_fails_with_a_clear_message_without_an_encryption_key():
     assert "QUOR_ENCRYPTION_KEY is not set" in result.stderr
 
 
-def test_startup_fails_with_a_short_operator_token():
-    result = run_manage("check", env_changes={**PRODUCTION_ENV, "QUOR_OPERATOR_TOKEN": "short"})
-    assert result.returncode != 0
-    assert "quor.E001" in result.stderr
+def test_the_retired_operator_and_worker_tokens_are_neither_needed_nor_checked():
+    retired = ("QUOR_OPERATOR_TOKEN", "QUOR_WORKER_TOKEN")
+    assert not set(retired) & set(PRODUCTION_ENV)
+    assert not any(hasattr(settings, name) for name in retired)
+    # A deployment that still sets them (to anything) starts as before.
+    result = run_manage("check", env_changes={**PRODUCTION_ENV, **dict.fromkeys(retired, "x")})
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_secrets_can_be_read_from_files(tmp_path):
@@ -113,3 +103,98 @@ def test_secrets_can_be_read_from_files(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "from-a-file-encryption-key"
+
+
+def url_paths() -> set[str]:
+    """One path (without its leading slash, as SecurityMiddleware matches it) for every
+    URL pattern, each parameter filled with a value the pattern accepts."""
+    paths = set()
+    for _, entries in get_resolver().reverse_dict.lists():
+        for possibilities, pattern, _, _ in entries:
+            for template, params in possibilities:
+                for value in ("1", "00000000-0000-4000-8000-000000000000"):
+                    path = template % dict.fromkeys(params, value)
+                    if re.search(pattern, path):
+                        paths.add(path)
+                        break
+    return paths
+
+
+def is_sandbox_facing(path: str) -> bool:
+    """The view accepts the sandbox credential, which only the egress proxy sends."""
+    view = getattr(resolve("/" + path).func, "cls", None)
+    return SandboxCredentialAuthentication in getattr(view, "authentication_classes", ())
+
+
+def test_only_the_sandbox_facing_api_is_exempt_from_the_https_redirect():
+    exempt = [re.compile(pattern) for pattern in settings.SECURE_REDIRECT_EXEMPT]
+    paths = url_paths()
+    assert len(paths) > 30
+    exempted = {path for path in paths if any(pattern.search(path) for pattern in exempt)}
+    assert exempted == {path for path in paths if is_sandbox_facing(path)}
+    # What the agent runtime calls (deploy/sandbox/runtime/agent.py).
+    assert {"api/v1/runtime/sessions/1/events/", "api/v1/runtime/sessions/1/webapps/"} <= exempted
+
+
+# Sent by `manage.py shell -c` in a process configured like production: (name, method,
+# Host, path, extra headers) for each request, then each answer's status, Location and body.
+REQUESTS_SCRIPT = """
+import json
+from django.test import Client
+
+client = Client(enforce_csrf_checks=True, raise_request_exception=False)
+answers = {}
+for name, method, host, path, headers in json.loads(REQUESTS):
+    response = client.generic(
+        method, path, BODY, content_type="application/json", headers={"Host": host, **headers}
+    )
+    answers[name] = [response.status_code, response.get("Location"), response.content.decode()]
+print(json.dumps(answers))
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_egress_proxy_reaches_the_runtime_api_with_the_production_configuration(owner):
+    session = factories.make_session(owner, status=Session.Status.RUNNING)
+    Sandbox.objects.filter(pk=session.sandbox_id).update(
+        runtime_credential_hash=hash_token("sandbox-credential")
+    )
+    # The Host the egress proxy sends for `http://quor-api`, over plain HTTP.
+    api_host, api_port, _ = url_endpoint(PRODUCTION_ENV["QUOR_SANDBOX_API_URL"])
+    proxy_host = upstream_host_header(Destination(api_host, api_port, (), requested=API_ALIAS))
+    events = f"/api/v1/runtime/sessions/{session.pk}/events/"
+    credential = {"Authorization": "Bearer sandbox-credential"}
+    requests = [
+        ("sandbox events", "POST", proxy_host, events, credential),
+        ("sandbox, other API", "GET", proxy_host, "/api/v1/sessions/", credential),
+        ("browser page", "GET", "quor.example.com", "/", {}),
+        ("browser API", "GET", "quor.example.com", "/api/v1/sessions/", {}),
+        ("browser, runtime API", "POST", "quor.example.com", events, {}),
+        ("unknown host", "POST", "quor.evil.test", events, credential),
+    ]
+    body = {"events": [{"kind": "assistant_text", "payload": {"text": "hi"}}]}
+    script = f"REQUESTS = {json.dumps(requests)!r}\nBODY = {json.dumps(body)!r}\n"
+    env = {
+        **PRODUCTION_ENV,
+        # The example's other machines and secrets: the test database, Redis and key.
+        "DATABASE_URL": f"postgresql:///{settings.DATABASES['default']['NAME']}",
+        "REDIS_URL": os.environ["REDIS_URL"],
+        "QUOR_ENCRYPTION_KEY": settings.QUOR_ENCRYPTION_KEY,
+    }
+    result = run_manage("shell", "-c", script + REQUESTS_SCRIPT, env_changes=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    answers = json.loads(result.stdout.strip().splitlines()[-1])
+
+    # Neither refused by host validation nor redirected, CSRF not in the way: stored.
+    assert answers["sandbox events"] == [200, None, '{"last_seq":1}'], result.stderr
+    assert list(session.events.values_list("kind", flat=True)) == ["assistant_text"]
+    # Only the sandbox-facing paths are exempt: the rest of the API, for the proxy too,
+    # and every browser page still go to HTTPS.
+    assert answers["sandbox, other API"][:2] == [301, f"https://{proxy_host}/api/v1/sessions/"]
+    assert answers["browser page"][:2] == [301, "https://quor.example.com/"]
+    assert answers["browser API"][:2] == [301, "https://quor.example.com/api/v1/sessions/"]
+    # SECURE_REDIRECT_EXEMPT matches paths, not hosts: a browser on the runtime path is
+    # not redirected, and gets nothing without the sandbox credential (no session login
+    # is accepted there).
+    assert answers["browser, runtime API"][0] == 401
+    assert answers["unknown host"][0] == 400

@@ -254,15 +254,16 @@ def test_with_no_usable_snapshot_the_wake_fails_clearly(
 ):
     snapshot = sleep(running_sandbox)
     (local_file_store.root / snapshot.blob.key).unlink()
-    with pytest.raises(services.SandboxUnavailable) as failed:
+    with pytest.raises(services.WorkspaceUnrestorable) as failed:
         services.sandbox_ensure_running(running_sandbox)
     assert "missing" in str(failed.value)
     running_sandbox.refresh_from_db()
-    assert running_sandbox.state == Sandbox.State.FAILED
-    assert "Could not wake up" in running_sandbox.failure_reason
-    # Decided (docs/decisions.md): starting it again gives an empty workspace.
-    woken = services.sandbox_ensure_running(running_sandbox)
-    assert "big.bin" not in run(woken, MANIFEST)
+    assert running_sandbox.state == Sandbox.State.UNRESTORABLE
+    assert "Could not restore the workspace" in running_sandbox.failure_reason
+    # Decided (docs/decisions.md): never an empty workspace without the user's word.
+    with pytest.raises(services.WorkspaceUnrestorable):
+        services.sandbox_ensure_running(running_sandbox)
+    assert not DockerBackend().status(str(running_sandbox.pk)).exists
 
 
 def test_only_the_newest_snapshots_are_kept_and_older_blobs_go(

@@ -13,5 +13,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, email, keep_workspace, **options):
         sandbox = get_sandbox_by_email(email)
-        services.sandbox_destroy(sandbox=sandbox, remove_workspace=not keep_workspace)
+        services.sandbox_destroy(
+            sandbox=sandbox, remove_workspace=not keep_workspace, via="operator command"
+        )
         self.stdout.write(f"{sandbox.pk} {sandbox.state}")

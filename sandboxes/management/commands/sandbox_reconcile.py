@@ -2,6 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from sandboxes import services
 from sandboxes.backends.base import BackendError
+from sandboxes.management.commands._helpers import require_the_workers_file_store
 
 
 class Command(BaseCommand):
@@ -17,6 +18,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, dry_run, **options):
+        require_the_workers_file_store()
         try:
             found = services.sandboxes_reconcile(dry_run=dry_run)
         except BackendError as exc:

@@ -1,0 +1,94 @@
+"""The file store knows it is the database's: a process pointed at another directory or
+bucket is refused before it writes, and what is missing there is not called damaged."""
+
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from quor.filestore import MARKER_KEY, blob_put, blob_read, file_store_check
+from quor.lib.errors import CorruptBlob, FileStoreMisconfigured, FileStoreUnavailable
+from quor.models import FileStoreIdentity, StoredBlob
+from sandboxes.models import Sandbox, Snapshot
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_first_write_marks_the_store_and_the_database_records_the_mark(file_store):
+    blob_put(b"hello")
+    identity = FileStoreIdentity.objects.get()
+    assert json.loads(file_store.read_raw(MARKER_KEY))["id"] == identity.marker
+    file_store_check()  # the same store: no complaint
+
+
+def test_a_store_without_the_mark_is_refused_before_anything_is_written(
+    local_file_store, another_file_store
+):
+    blob_put(b"in the workers' store")
+    with another_file_store() as other:
+        with pytest.raises(FileStoreMisconfigured) as refused:
+            blob_put(b"would be lost")
+        assert other.keys() == set()
+    assert "has no Quor marker" in refused.value.message
+    assert str(local_file_store.root) in refused.value.message  # where the right one is
+    assert StoredBlob.objects.count() == 1
+
+
+def test_a_store_marked_for_another_database_is_refused(local_file_store, another_file_store):
+    blob_put(b"one")
+    with another_file_store() as other:
+        other.write_raw(MARKER_KEY, json.dumps({"id": "someone-else"}).encode())
+        with pytest.raises(FileStoreMisconfigured) as refused:
+            file_store_check()
+    assert "belongs to another Quor database" in refused.value.message
+
+
+def test_a_blob_missing_from_a_store_that_is_not_the_databases_is_not_called_damaged(
+    local_file_store, another_file_store
+):
+    blob = blob_put(b"kept in the right store")
+    with another_file_store(), pytest.raises(FileStoreMisconfigured):
+        blob_read(blob)
+    assert blob_read(blob) == b"kept in the right store"
+
+
+def test_a_blob_missing_from_the_databases_own_store_is_damage(file_store):
+    blob = blob_put(b"soon gone")
+    file_store.delete_raw(blob.key)
+    with pytest.raises(CorruptBlob, match="missing"):
+        blob_read(blob)
+
+
+def test_an_s3_store_out_of_reach_is_unavailable_not_damaged(s3_file_store, settings):
+    blob = blob_put(b"in the bucket")
+    options = settings.STORAGES["quor_files"]["OPTIONS"]
+    closed = {**options, "endpoint_url": "http://127.0.0.1:9"}  # nothing listens there
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "quor_files": {**settings.STORAGES["quor_files"], "OPTIONS": closed},
+    }
+    with pytest.raises(FileStoreUnavailable, match="cannot be reached"):
+        blob_read(blob)
+
+
+def test_an_operator_command_from_a_checkout_with_another_store_refuses_to_run(
+    local_file_store, another_file_store, owner
+):
+    blob_put(b"the workers have written here")
+    sandbox = Sandbox.objects.create(user=owner, state=Sandbox.State.RUNNING, has_workspace=True)
+    for command in (["sandbox_snapshot", owner.email], ["sandbox_destroy", owner.email]):
+        with another_file_store(), pytest.raises(CommandError, match=r"filestore\.misconfigured"):
+            call_command(*command)
+    sandbox.refresh_from_db()
+    assert sandbox.state == Sandbox.State.RUNNING
+    assert not Snapshot.objects.exists()
+    assert not sandbox.resets.exists()
+
+
+def test_the_readiness_check_names_a_store_that_is_not_the_databases(
+    client, local_file_store, another_file_store
+):
+    blob_put(b"x")
+    with another_file_store():
+        checks = client.get("/readyz").json()["checks"]
+    assert checks["file_store"].startswith("error: FileStoreMisconfigured")
