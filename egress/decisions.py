@@ -8,6 +8,7 @@ import base64
 import binascii
 import hmac
 import ipaddress
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
@@ -103,6 +104,128 @@ class PreparedRequest:
     credential_kind: str | None = None
 
 
+# --- reading URLs and request targets --------------------------------------------------------
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_PORT = re.compile(r"[0-9]{1,5}")
+# host[:port]: the host is an IPv6 literal in brackets or has no colon; the port has none.
+_AUTHORITY = re.compile(r"(?P<host>\[[^\]]*\]|[^:]*)(?::(?P<port>[^:]*))?", re.DOTALL)
+# The authority ends at the first /, ? or #, as browsers read it.
+_URL_REST = re.compile(r"(?P<authority>[^/?#]*)(?P<path>.*)", re.DOTALL)
+_SPACE_OR_CONTROL = re.compile(r"[\x00-\x20\x7f]")
+
+
+@dataclass(frozen=True)
+class RequestTarget:
+    """Where a request goes, read from a URL or a request line."""
+
+    scheme: str  # http or https; "" for a request line's CONNECT or /path target
+    host: str | None  # normalised; None for a /path (origin-form) target
+    port: int | None
+    path: str  # path and query, "/" at least; "" for CONNECT
+
+
+def parse_destination_host(raw_host: str) -> str:
+    """The host normalised. A string that is no DNS name or IP address is refused,
+    numeric spellings no resolver can read (`256.1.1.1`, `0x41414141A9FEA9FE`) included."""
+    try:
+        host = parse_host(raw_host)
+        numeric_address(host)
+    except InvalidHost as exc:
+        raise Refusal(400, "egress.invalid_destination", f"Not a valid host: {exc}.") from None
+    return host
+
+
+def parse_port(text: str) -> int:
+    """Digits only: `int()` would also take `+80`, ` 80`, `8_0` and non-ASCII digits."""
+    if not _PORT.fullmatch(text) or not 1 <= int(text) <= 65535:
+        raise Refusal(
+            400, "egress.invalid_port", f"The port must be a number from 1 to 65535, not {text!r}."
+        )
+    return int(text)
+
+
+def parse_authority(authority: str, *, default_port: int | None) -> tuple[str, int]:
+    """`host[:port]` of a URL, a CONNECT request or a Host header, as (host, port).
+
+    User information (`user@host`) is refused, so no reader can take what precedes
+    the `@` for the host. `default_port` None: the port is required (CONNECT)."""
+    if "@" in authority:
+        raise Refusal(
+            400,
+            "egress.invalid_destination",
+            "User information (user@host) is not accepted; send credentials in a header.",
+        )
+    match = _AUTHORITY.fullmatch(authority)
+    if match is None:
+        raise Refusal(
+            400,
+            "egress.invalid_destination",
+            f"Not a valid host[:port]: {authority!r} (an IPv6 address goes in brackets).",
+        )
+    host = parse_destination_host(match["host"])
+    if match["port"] is not None:
+        return host, parse_port(match["port"])
+    if default_port is None:
+        raise Refusal(
+            400, "egress.invalid_port", f"{authority!r} has no port: CONNECT needs host:port."
+        )
+    return host, default_port
+
+
+def _request_path(path: str) -> str:
+    """The path and query a request sends: the fragment never leaves the client, and a
+    space or control character could end the request line early upstream."""
+    path = path.partition("#")[0]
+    if _SPACE_OR_CONTROL.search(path):
+        raise Refusal(
+            400,
+            "egress.malformed_request",
+            f"The path has a space or a control character: {path!r}; percent-encode it.",
+        )
+    return path if path.startswith("/") else f"/{path}"
+
+
+def parse_url(url: str) -> RequestTarget:
+    """An `http://` or `https://` URL, read the one way that egress_check and the proxy
+    share, so that they cannot disagree on where a request goes."""
+    scheme, separator, rest = url.partition("://")
+    scheme = scheme.lower()
+    if not separator or scheme not in _DEFAULT_PORTS:
+        raise Refusal(
+            400, "egress.invalid_scheme", f"The URL must start with http:// or https://: {url!r}."
+        )
+    parts = _URL_REST.fullmatch(rest)
+    host, port = parse_authority(parts["authority"], default_port=_DEFAULT_PORTS[scheme])
+    return RequestTarget(scheme, host, port, _request_path(parts["path"]))
+
+
+def parse_request_target(method: str, target: bytes) -> RequestTarget:
+    """The target of a request line to the proxy: `host:port` for CONNECT, an `http://`
+    URL for any other method (HTTPS goes through CONNECT), or a `/path` inside a
+    tunnel, where the connection says where it goes (`check_request_target`)."""
+    try:
+        text = target.decode()
+    except UnicodeDecodeError:
+        raise Refusal(
+            400, "egress.malformed_request", f"The request target is not UTF-8: {target!r}."
+        ) from None
+    if method == "CONNECT":
+        host, port = parse_authority(text, default_port=None)
+        return RequestTarget("", host, port, "")
+    if text.startswith("/"):
+        return RequestTarget("", None, None, _request_path(text))
+    url = parse_url(text)
+    if url.scheme != "http":
+        raise Refusal(
+            400,
+            "egress.invalid_scheme",
+            "An https:// URL goes through CONNECT (HTTPS_PROXY), never as a plain proxy "
+            "request: the proxy would send it unencrypted.",
+        )
+    return url
+
+
 # --- identity ------------------------------------------------------------------------
 
 
@@ -189,10 +312,7 @@ def decide_destination(
     context: SandboxContext, rules: EgressRules, raw_host: str, port: int, resolve: Resolver
 ) -> Destination:
     """Where the connection may go and what the proxy must do on it; raises Refusal."""
-    try:
-        host = parse_host(raw_host)
-    except InvalidHost as exc:
-        raise Refusal(400, "egress.invalid_destination", f"Not a valid host: {exc}") from None
+    host = parse_destination_host(raw_host)
     if (host, port) in (API_ALIAS, rules.control_plane):
         api_host, api_port = rules.control_plane
         addresses = resolve_checked(api_host, resolve, check=False)
@@ -234,25 +354,24 @@ def check_request_target(
 ) -> None:
     """A request must go where the connection was checked and credentials bound."""
     if intercepted:
-        expected = {
-            _authority(destination.host, destination.port, 443),
-            f"{destination.host}:{destination.port}",
-        }
-        if (host_header or "").lower().rstrip(".") not in expected:
+        target = None if host_header is None else parse_authority(host_header, default_port=443)
+        if target != (destination.host, destination.port):
             raise Refusal(
                 403,
                 "egress.host_mismatch",
                 f"The Host header must be {destination.host} on this connection.",
             )
         return
-    try:
-        same = request_host is not None and (parse_host(request_host), request_port) in (
-            destination.requested_target,
-            (destination.host, destination.port),
+    if request_host is None:
+        raise Refusal(
+            400,
+            "egress.malformed_request",
+            "A request to the proxy names its whole URL (GET http://host/path), not a path.",
         )
-    except InvalidHost:
-        same = False
-    if not same:
+    if host_header is not None:
+        parse_authority(host_header, default_port=80)
+    requested = (parse_destination_host(request_host), request_port)
+    if requested not in (destination.requested_target, (destination.host, destination.port)):
         raise Refusal(
             403,
             "egress.connection_reuse_refused",

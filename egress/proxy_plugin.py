@@ -17,10 +17,11 @@ from http import HTTPStatus
 from django.conf import settings
 from proxy.common.constants import DEFAULT_SSL_CONTEXT_OPTIONS
 from proxy.core.connection import TcpServerConnection
-from proxy.http.exception import HttpRequestRejected
+from proxy.http.exception import HttpProtocolException, HttpRequestRejected
 from proxy.http.handler import HttpProtocolHandler
 from proxy.http.parser import HttpParser, httpParserTypes
 from proxy.http.proxy import HttpProxyBasePlugin
+from proxy.http.url import Url
 
 from approvals.models import ApprovalRequest
 from approvals.wakeup import DecisionListener
@@ -36,6 +37,7 @@ from egress.decisions import (
     check_request_target,
     decide_app,
     decide_destination,
+    parse_request_target,
     prepare_request,
     upstream_host_header,
 )
@@ -93,6 +95,11 @@ def _text(value) -> str:
     )
 
 
+def _target_refusal(request: HttpParser) -> Refusal | None:
+    """Why the request's target is malformed, as `read_request_targets` found it."""
+    return getattr(request, "quor_refusal", None)
+
+
 class QuorEgressPlugin(HttpProxyBasePlugin):
     """Identity, destination checks, DNS pinning, credential injection, audit."""
 
@@ -102,6 +109,7 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
         self.context = None
         self.principal = None
         self.destination = None
+        self.tunnel = False
 
     # --- helpers -------------------------------------------------------------------
 
@@ -113,7 +121,8 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
             sandbox_id=context.sandbox_id if context else None,
             session_id=session_id,
             client_address=self.client.addr[0],
-            method=_text(request.method)[:16],
+            # PostgreSQL text cannot hold NUL: one would lose the whole batch.
+            method=_text(request.method)[:16].replace("\x00", ""),
             host=destination.host if destination else _text(request.host)[:253],
             port=destination.port if destination else request.port,
             path=_text(request.path) if not request.is_https_tunnel else "",
@@ -163,6 +172,8 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
                 self.state.directory.refresh_soon()  # a session minted a moment ago
                 self.context = self._context()
                 self.principal = authenticate(self.context, _text(header) if header else None)
+            if (refusal := _target_refusal(request)) is not None:
+                raise refusal
             self.destination = decide_destination(
                 self.context,
                 self.state.directory.rules,
@@ -172,6 +183,7 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
             )
         except Refusal as refusal:
             raise self._refuse(request, refusal) from None
+        self.tunnel = request.is_https_tunnel
         if request.is_https_tunnel and not self.destination.intercept:
             self._record(request, EgressDecision.Outcome.TUNNELED)
         if (self.destination.host, self.destination.port) != self.destination.requested_target:
@@ -186,15 +198,18 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
         return bool(self.destination and self.destination.intercept)
 
     def handle_client_request(self, request: HttpParser):
+        if (refusal := _target_refusal(request)) is not None:
+            raise self._refuse(request, refusal)
         if request.is_https_tunnel:
             return request
         request.del_header(b"proxy-authorization")
         request.del_header(SESSION_HEADER.encode())
         try:
-            intercepted = request.host is None
+            # Inside an intercepted tunnel requests name a path; on a plain connection, a URL.
+            intercepted = self.tunnel and request.host is None
             check_request_target(
                 self.destination,
-                request_host=None if intercepted else _text(request.host),
+                request_host=None if request.host is None else _text(request.host),
                 request_port=request.port,
                 host_header=_text(request.header(b"host")) if request.has_header(b"host") else None,
                 intercepted=intercepted,
@@ -301,10 +316,9 @@ class BodyTooLarge(HttpRequestRejected):
 def cap_request_bodies(limit: int) -> None:
     """proxy.py buffers a whole request body before any plugin hook runs. Refuse a
     body over `limit` while it is parsed, so a sandbox cannot exhaust the proxy's
-    memory, and answer 413 (on a connection's first request proxy.py queues a 400
-    for any parse error: that answer is replaced by ours)."""
+    memory, and answer 413 (on a connection's first request, through
+    `answer_unreadable_first_requests`)."""
     original_body = HttpParser._process_body
-    original_first = HttpProtocolHandler._parse_first_request
     if getattr(original_body, "quor_capped", False):
         return
     answer = rejection(
@@ -323,15 +337,74 @@ def cap_request_bodies(limit: int) -> None:
                 )
         return original_body(self, raw)
 
-    def parse_first_request(self, data):
-        try:
-            return original_first(self, data)
-        except BodyTooLarge as exc:
-            self.work.buffer[-1:] = [exc.response(self.request)]
-            return True
-
     process_body.quor_capped = True
     HttpParser._process_body = process_body
+
+
+def read_request_targets() -> None:
+    """proxy.py reads request targets loosely: `int()` takes the ports `+80` and `1_8080`,
+    a `#` or `?` in the authority moves the host (`http://a.test#@b.test/` goes to
+    b.test), user information is dropped unseen, and `GET https://...` goes out
+    unencrypted. Every request target is read by `parse_request_target` instead, so the
+    proxy goes exactly where egress_check says. A malformed one is kept on the request
+    for the plugin, which answers it once it knows who asked, and records it."""
+    original = HttpParser.set_url
+    if getattr(original, "quor_strict", False):
+        return
+
+    def set_url(self, url, allowed_url_schemes=None):  # parse_request_target decides schemes
+        try:
+            target = parse_request_target(_text(self.method), url)
+        except Refusal as refusal:
+            # Still a proxy request (its host empty, no port), so that it reaches the plugin.
+            self.quor_refusal = refusal
+            self._url = Url(hostname=b"")
+            self.host, self.port, self.path = b"", None, None
+            return
+        host = target.host
+        self._url = Url(
+            scheme=target.scheme.encode() or None,
+            hostname=None if host is None else (f"[{host}]" if ":" in host else host).encode(),
+            port=target.port,
+            remainder=target.path.encode() or None,
+        )
+        self._set_line_attributes()
+
+    set_url.quor_strict = True
+    HttpParser.set_url = set_url
+
+
+def answer_unreadable_first_requests() -> None:
+    """On a connection's first request, proxy.py answers a bare `400 BAD REQUEST` to
+    what it cannot parse (a broken request line) or serve as a proxy request (a `/path`
+    target meant for a server, an unknown HTTP version). Answer JSON with a stable code
+    instead: a refusal raised while parsing (`BodyTooLarge`) answers itself."""
+    original_first = HttpProtocolHandler._parse_first_request
+    if getattr(original_first, "quor_answers", False):
+        return
+    not_a_proxy_request = rejection(
+        Refusal(
+            400,
+            "egress.malformed_request",
+            "Not an HTTP/1.1 proxy request: send the whole URL (GET http://host/path HTTP/1.1)"
+            " or CONNECT host:port HTTP/1.1.",
+        )
+    )
+
+    def parse_first_request(self, data):
+        try:
+            done = original_first(self, data)
+        except HttpProtocolException as exc:
+            if self.plugin is not None:  # a plugin hook's refusal: proxy.py answers it
+                raise
+            answer = exc if isinstance(exc, BodyTooLarge) else not_a_proxy_request
+            self.work.buffer[-1:] = [answer.response(self.request)]
+            return True
+        if done and self.plugin is None:  # proxy.py queued its bare 400
+            self.work.buffer[-1:] = [not_a_proxy_request.response(self.request)]
+        return done
+
+    parse_first_request.quor_answers = True
     HttpProtocolHandler._parse_first_request = parse_first_request
 
 

@@ -439,3 +439,146 @@ def test_the_proxy_logs_never_contain_a_credential(sandbox, owner, upstream_fake
     assert PROVIDER_KEY not in log
     sandbox.refresh_from_db()
     assert sandbox.proxy_token not in log
+
+
+# Runs inside the sandbox: sends each case's requests byte for byte on one connection
+# (a {"tls": host} step wraps it, after a CONNECT) and prints status and code of each.
+RAW_CLIENT = r"""
+import base64, http.client, json, os, socket, ssl, sys, time, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+auth = base64.b64encode(f"{urllib.parse.unquote(proxy.username)}:{urllib.parse.unquote(proxy.password)}".encode()).decode()
+results = []
+for case in json.loads(sys.argv[1]):
+    answers = []
+    try:
+        sock = socket.create_connection((proxy.hostname, proxy.port), timeout=10)
+        for step in case:
+            if "tls" in step:
+                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=step["tls"])
+                continue
+            started = time.monotonic()
+            sock.sendall(step["send"].replace("{auth}", auth).encode("latin-1"))
+            response = http.client.HTTPResponse(sock)
+            response.begin()
+            tunnel = step["send"].startswith("CONNECT") and response.status == 200
+            body = b"" if tunnel else response.read()
+            try:
+                code = json.loads(body)["error"]["code"]
+            except (ValueError, KeyError, TypeError):  # not a refusal's JSON
+                code = None
+            answers.append({"status": response.status, "code": code, "type": response.getheader("content-type"), "seconds": time.monotonic() - started})
+        sock.close()
+    except (OSError, http.client.HTTPException) as exc:
+        answers.append({"status": None, "error": f"{type(exc).__name__}: {exc}"})
+    results.append(answers)
+print(json.dumps(results))
+"""
+
+AUTH = "Proxy-Authorization: Basic {auth}\r\n"
+
+
+def get(target: str, host: str = "app.test:18080", *, auth: str = AUTH, version: str = "HTTP/1.1"):
+    return {"send": f"GET {target} {version}\r\nHost: {host}\r\n{auth}\r\n"}
+
+
+def connect(authority: str):
+    return {"send": f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n{AUTH}\r\n"}
+
+
+INVALID_DESTINATION = (400, "egress.invalid_destination")
+INVALID_PORT = (400, "egress.invalid_port")
+INVALID_SCHEME = (400, "egress.invalid_scheme")
+MALFORMED = (400, "egress.malformed_request")
+OK = (200, None)
+
+# Each case: the requests sent on one connection, and the answer to each.
+MALFORMED_REQUESTS = [
+    ([get("http://425.510.425.510/")], [INVALID_DESTINATION]),
+    ([get("http://7147006462/")], [INVALID_DESTINATION]),
+    ([get("http://0x41414141A9FEA9FE/")], [INVALID_DESTINATION]),
+    ([get("http://[::1/")], [INVALID_DESTINATION]),
+    ([get("http://[fe80::1%25eth0]:18080/")], [INVALID_DESTINATION]),
+    ([get("http://::1:18080/")], [INVALID_DESTINATION]),
+    ([get("http://user:secret@app.test:18080/")], [INVALID_DESTINATION]),
+    ([get("http://app.test:18080@private.test/")], [INVALID_DESTINATION]),
+    ([get("http://" + "a" * 64 + ".test/")], [INVALID_DESTINATION]),
+    ([get("http://exa%20mple.test/")], [INVALID_DESTINATION]),
+    ([get("http://127.0.0.1:+80/")], [INVALID_PORT]),
+    ([get("http://app.test:-1/")], [INVALID_PORT]),
+    ([get("http://app.test:0/")], [INVALID_PORT]),
+    ([get("http://app.test:65536/")], [INVALID_PORT]),
+    ([get("http://app.test:18080x/")], [INVALID_PORT]),
+    ([get("http://app.test:1_8080/")], [INVALID_PORT]),
+    ([get("http://app.test:/")], [INVALID_PORT]),
+    ([get("ftp://app.test:18080/")], [INVALID_SCHEME]),
+    ([get("https://app.test:18080/")], [INVALID_SCHEME]),
+    ([get("app.test:18080")], [INVALID_SCHEME]),
+    ([get("/hello")], [MALFORMED]),
+    ([get("//app.test:18080/hello")], [MALFORMED]),
+    ([get("http://app.test:18080/", version="HTTP/9.9")], [MALFORMED]),
+    ([{"send": f"GET http://app.test:18080/\r\n{AUTH}\r\n"}], [MALFORMED]),  # no version
+    ([get("http://\xff.test/")], [MALFORMED]),
+    ([get("http://app.test:18080/a\x01b")], [MALFORMED]),
+    ([connect("provider.test")], [INVALID_PORT]),
+    ([connect("provider.test:99999")], [INVALID_PORT]),
+    ([connect("0x41414141A9FEA9FE:443")], [INVALID_DESTINATION]),
+    ([connect("user@provider.test:18443")], [INVALID_DESTINATION]),
+    ([connect("[::1:443")], [INVALID_DESTINATION]),
+    ([get("http://app.test:18080/", host="app.test:+80")], [INVALID_PORT]),
+    ([get("http://app.test:18080/", host="exa mple.test")], [INVALID_DESTINATION]),
+    # on a kept-alive connection, and inside intercepted TLS
+    ([get("http://app.test:18080/first"), get("http://app.test:+80/")], [OK, INVALID_PORT]),
+    ([get("http://app.test:18080/first"), get("/second")], [OK, MALFORMED]),
+    (
+        [connect("provider.test:18443"), {"tls": "provider.test"}, get("/", "provider.test:+1")],
+        [OK, INVALID_PORT],
+    ),
+    # who asks is checked first
+    ([get("http://app.test:+80/", auth="")], [(407, "egress.proxy_auth_required")]),
+    # what follows the authority's end cannot move the host
+    ([get("http://app.test:18080#@private.test/")], [OK]),
+]
+
+
+def test_malformed_hosts_ports_and_schemes_get_a_json_refusal_from_the_proxy(
+    sandbox, owner, upstream_fakes
+):
+    from pathlib import Path
+
+    log = Path("/tmp/quor-test/egress-proxy.log")
+    log_start = log.stat().st_size
+    app_before, provider_before = (
+        len(upstream_fakes.app.requests),
+        len(upstream_fakes.provider.requests),
+    )
+    cases = [steps for steps, _ in MALFORMED_REQUESTS]
+    result = services.sandbox_exec(
+        user=owner, argv=["python3", "-c", RAW_CLIENT, json.dumps(cases)], timeout_s=120
+    )
+    assert result.exit_code == 0, result.stderr
+    answers = json.loads(result.stdout)
+    request_lines = [
+        " | ".join(step.get("send", "").split("\r\n")[0] for step in steps) for steps in cases
+    ]
+    got = [
+        (line, [(a.get("status"), a.get("code") or a.get("error")) for a in answer])
+        for line, answer in zip(request_lines, answers, strict=True)
+    ]
+    assert got == [
+        (line, expected)
+        for line, (_, expected) in zip(request_lines, MALFORMED_REQUESTS, strict=True)
+    ]
+    for answer in answers:
+        for step in answer:
+            assert step["seconds"] < 5, answer
+            if step["status"] != 200:
+                assert step["type"] == "application/json", answer
+    assert [r["path"] for r in upstream_fakes.app.requests[app_before:]] == [
+        "/first",
+        "/first",
+        "/",
+    ]
+    assert len(upstream_fakes.provider.requests) == provider_before
+    decision = wait_for_decision(code="egress.invalid_port", sandbox_id=sandbox.pk)
+    assert decision.outcome == EgressDecision.Outcome.BLOCKED
+    assert "Traceback" not in log.read_bytes()[log_start:].decode(errors="replace")

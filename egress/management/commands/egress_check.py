@@ -1,6 +1,5 @@
 import base64
 import json
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -13,6 +12,7 @@ from egress.decisions import (
     authenticate,
     decide_app,
     decide_destination,
+    parse_url,
 )
 from egress.directory import egress_rules, load_contexts
 from egress.resolver import make_resolver
@@ -37,10 +37,11 @@ class Command(BaseCommand):
         parser.add_argument("--method", default="GET")
 
     def handle(self, *args, url, user, session, method, **options):
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise CommandError("URL must be http:// or https:// with a host.")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            target = parse_url(url)
+        except Refusal as refusal:
+            raise CommandError(f"{refusal.code}: {refusal.reason}") from None
+        https = target.scheme == "https"
         sandbox = self._sandbox(user, session)
         context = load_contexts().get(sandbox.network_address or "")
         if context is None:
@@ -56,8 +57,8 @@ class Command(BaseCommand):
             destination = decide_destination(
                 context,
                 egress_rules(),
-                parts.hostname,
-                port,
+                target.host,
+                target.port,
                 make_resolver(settings.QUOR_EGRESS_DNS_SERVER),
             )
         except Refusal as refusal:
@@ -67,20 +68,14 @@ class Command(BaseCommand):
             answer.update(
                 decision="intercept"
                 if destination.intercept
-                else ("tunnel" if parts.scheme == "https" else "forward"),
+                else ("tunnel" if https else "forward"),
                 code="",
                 addresses=list(destination.addresses),
                 credential=route.kind if route else None,
                 credential_available=bool(route and route.secret) if route else None,
             )
-            target = parts.path or "/"
             answer["app"] = self._app_answer(
-                context,
-                destination,
-                session,
-                method.upper(),
-                target + (f"?{parts.query}" if parts.query else ""),
-                intercepted=parts.scheme == "https",
+                context, destination, session, method.upper(), target.path, intercepted=https
             )
             app = answer["app"]
             if app and app["outcome"] == policy.REFUSE:

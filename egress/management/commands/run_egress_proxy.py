@@ -7,7 +7,12 @@ from proxy import Proxy
 
 from egress import ca, readiness
 from egress.directory import load_contexts
-from egress.proxy_plugin import cap_request_bodies, reuse_upstream_tls_contexts
+from egress.proxy_plugin import (
+    answer_unreadable_first_requests,
+    cap_request_bodies,
+    read_request_targets,
+    reuse_upstream_tls_contexts,
+)
 from sandboxes.backends import get_backend
 
 
@@ -26,6 +31,8 @@ class Command(BaseCommand):
         host = get_backend().prepare_network()
         port = settings.QUOR_EGRESS_PROXY_PORT
         cap_request_bodies(settings.QUOR_EGRESS_MAX_BODY_BYTES)
+        read_request_targets()
+        answer_unreadable_first_requests()
         reuse_upstream_tls_contexts()
         argv = [
             "--hostname", host,
