@@ -3,12 +3,14 @@ sandbox says why, on the pages, in the API and to operators, until someone expli
 starts it empty (recorded). A file store that is merely the wrong one, or out of reach,
 leaves it asleep with its snapshots good."""
 
+import io
+
 import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
 from quor.filestore import file_store_check
-from sandboxes import services
+from sandboxes import services, tasks
 from sandboxes.backends.docker import DockerBackend
 from sandboxes.models import Sandbox, Snapshot, WorkspaceReset
 from tests import factories
@@ -57,6 +59,29 @@ def test_a_wake_from_a_store_the_workers_do_not_use_stays_asleep_with_its_snapsh
     assert notes(woken, session) == "my work\n"
 
 
+def test_a_wake_while_the_s3_store_is_out_of_reach_stays_asleep_with_its_snapshot_good(
+    owner, running_sandbox, session, s3_file_store, settings
+):
+    snapshot = sleep(running_sandbox)
+    reachable = settings.STORAGES["quor_files"]
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "quor_files": {
+            **reachable,
+            "OPTIONS": {**reachable["OPTIONS"], "endpoint_url": "http://127.0.0.1:9"},
+        },
+    }
+    with pytest.raises(services.SandboxUnavailable, match="cannot be reached"):
+        services.sandbox_ensure_running(running_sandbox)
+    running_sandbox.refresh_from_db()
+    assert running_sandbox.state == Sandbox.State.SLEEPING
+    snapshot.refresh_from_db()
+    assert snapshot.status == Snapshot.Status.GOOD
+
+    settings.STORAGES = {**settings.STORAGES, "quor_files": reachable}
+    assert notes(services.sandbox_ensure_running(running_sandbox), session) == "my work\n"
+
+
 def test_a_snapshot_taken_from_a_checkout_with_another_store_is_refused_and_nothing_changes(
     owner, running_sandbox, session, another_file_store
 ):
@@ -84,6 +109,8 @@ def test_with_every_snapshot_missing_nothing_replaces_the_workspace_until_the_us
     # No request, task or reconciliation starts it empty.
     with pytest.raises(services.WorkspaceUnrestorable):
         services.sandbox_ensure_running(running_sandbox)
+    tasks.ensure_sandbox(str(running_sandbox.pk))
+    tasks.sleep_sandbox(str(running_sandbox.pk))
     services.sandboxes_reconcile()
     api = client_for(owner)
     assert api.post("/api/v1/sandbox/", {}, format="json").status_code == 202
@@ -108,6 +135,10 @@ def test_with_every_snapshot_missing_nothing_replaces_the_workspace_until_the_us
     assert "missing" in page
     state = api.get("/api/v1/sandbox/").json()
     assert state["state"] == "unrestorable" and "missing" in state["failure_reason"]
+    # And operators, in sandbox_status.
+    status = io.StringIO()
+    call_command("sandbox_status", owner.email, stdout=status)
+    assert "unrestorable" in status.getvalue() and "missing" in status.getvalue()
 
     # Without the confirmation nothing happens.
     unconfirmed = api.post("/api/v1/sandbox/start-empty/", {"confirm": False}, format="json")
