@@ -3,13 +3,13 @@ from django.utils.text import Truncator
 
 from approvals.models import ApprovalRequest
 from apps.models import Policy
-from quor.admin import OrganizationAdminAccess
+from quor.admin import OrganizationAdminAccess, ReadOnlyAdmin
 
 POLICY_LABELS = {value: label.lower() for value, label in Policy.choices}
 
 
 @admin.register(ApprovalRequest)
-class ApprovalRequestAdmin(OrganizationAdminAccess, admin.ModelAdmin):
+class ApprovalRequestAdmin(ReadOnlyAdmin, OrganizationAdminAccess, admin.ModelAdmin):
     """A read-only record of what was asked, in whose session, and who decided."""
 
     organization_field = "session__owner__membership__organization"
@@ -74,12 +74,3 @@ class ApprovalRequestAdmin(OrganizationAdminAccess, admin.ModelAdmin):
     @admin.display(description="Decided by")
     def decider(self, obj):
         return obj.decided_by.email if obj.decided_by else "—"
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

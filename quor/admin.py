@@ -7,6 +7,19 @@ from django.utils import timezone
 from quor.models import ApiToken, Membership, ModelProvider, Organization, User
 
 
+class ReadOnlyAdmin:
+    """A record, not something to edit: nobody adds, changes or deletes it here."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 class OrganizationAdminAccess:
     """Superusers see everything; organization admins (staff) see and manage their
     own organization's rows only."""

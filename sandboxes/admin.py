@@ -1,7 +1,7 @@
 from django import forms
 from django.contrib import admin
 
-from quor.admin import OrganizationAdminAccess
+from quor.admin import OrganizationAdminAccess, ReadOnlyAdmin
 from quor.lib.errors import CorruptBlob, QuorError
 from sandboxes.models import (
     AgentEvent,
@@ -42,7 +42,7 @@ class SandboxAdmin(admin.ModelAdmin):
 
 
 @admin.register(WorkspaceReset)
-class WorkspaceResetAdmin(admin.ModelAdmin):
+class WorkspaceResetAdmin(ReadOnlyAdmin, admin.ModelAdmin):
     """The record of workspaces given up on purpose: read only."""
 
     list_display = ["sandbox", "action", "actor", "via", "created_at"]
@@ -50,15 +50,6 @@ class WorkspaceResetAdmin(admin.ModelAdmin):
     search_fields = ["sandbox__user__email", "sandbox__id"]
     list_select_related = ["sandbox__user", "actor"]
     readonly_fields = ["sandbox", "action", "actor", "via", "replaced", "created_at"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 class AttachmentInline(admin.TabularInline):

@@ -89,6 +89,14 @@ class SnapshotFailed(QuorError):
     default_message = "The sandbox could not be put to sleep; it keeps running."
 
 
+# What a sandbox row says when it has no runtime: a new one gets its own credential.
+NO_RUNTIME = {
+    "runtime_id": "",
+    "network_address": None,
+    "runtime_credential": "",
+    "runtime_credential_hash": "",
+}
+
 # A runtime exists and holds the workspace in these states. SNAPSHOTTING too: the
 # runtime is removed only after the state says SLEEPING.
 RUNTIME_STATES = (Sandbox.State.RUNNING, Sandbox.State.SNAPSHOTTING)
@@ -255,11 +263,8 @@ def _mark_unrestorable(sandbox: Sandbox, problem: str) -> None:
     _set_state(
         sandbox,
         Sandbox.State.UNRESTORABLE,
-        runtime_id="",
-        network_address=None,
-        runtime_credential="",
-        runtime_credential_hash="",
         failure_reason=f"Could not restore the workspace: {problem}.",
+        **NO_RUNTIME,
     )
 
 
@@ -404,11 +409,8 @@ def sandbox_sleep(*, sandbox: Sandbox, force: bool = False) -> Snapshot | None:
         _set_state(
             sandbox,
             Sandbox.State.SLEEPING,
-            runtime_id="",
-            network_address=None,
             failure_reason="",
-            runtime_credential="",
-            runtime_credential_hash="",
+            **NO_RUNTIME,
         )
         backend.destroy(str(sandbox.pk), remove_workspace=True)
         snapshots_prune(sandbox)
@@ -574,11 +576,8 @@ def sandbox_destroy(
         _set_state(
             sandbox,
             Sandbox.State.ABSENT,
-            runtime_id="",
             failure_reason="",
-            network_address=None,
-            runtime_credential="",
-            runtime_credential_hash="",
+            **NO_RUNTIME,
             **({"has_workspace": False} if remove_workspace else {}),
         )
     return sandbox
