@@ -15,6 +15,7 @@ import collections
 import html
 import http
 import logging
+import re
 import time
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qs
@@ -45,6 +46,9 @@ UPSTREAM_IDLE_PER_APP = 32
 UPSTREAM_IDLE_SECONDS = 30
 # Request line and headers together; more gets 431.
 MAX_HEAD_BYTES = 64 * 1024
+# A Host header's value: a name or an IP literal, with an optional port (RFC 9110 7.2,
+# narrowed to what browsers send); anything else gets 400, not a guess at the app meant.
+HOST_SHAPE = re.compile(r"([a-z0-9._-]+|\[[0-9a-f:.]+\])(:[0-9]+)?", re.IGNORECASE)
 
 NOT_FOUND = b"Not found.\n"
 REASONS = {status.value: status.phrase for status in http.HTTPStatus}
@@ -164,6 +168,20 @@ class Request:
         self.websocket = parser.should_upgrade() and self.header("upgrade").lower() == "websocket"
         if parser.should_upgrade():
             self.keep_alive = False  # the parser stops at an upgrade, whatever the answer
+
+    def routable(self) -> bool:
+        """Exactly one Host of a host's shape (RFC 9112 3.2), and a path for a target
+        (origin-form): the app would take an absolute URL's host (RFC 9112 3.2.2) over
+        the Host the proxy routed by and writes, and `host:port` (CONNECT) or `*` name
+        no resource of it. Nor `//host` or `/\\host`: URL parsers (urlsplit, yarl, a
+        browser following the app's redirect to it) read them as a host."""
+        hosts = [value for name, value in self.headers if name == "host"]
+        return (
+            len(hosts) == 1
+            and HOST_SHAPE.fullmatch(hosts[0].strip(" \t")) is not None
+            and self.target.startswith("/")
+            and self.target[1:2] not in ("/", "\\")
+        )
 
     @property
     def path(self) -> str:
@@ -403,9 +421,12 @@ class ViewerConnection(asyncio.Protocol):
             self.upgrade_requested = True
             self.after_upgrade += data[upgrade.args[0] :]
         except httptools.HttpParserCallbackError as error:
-            if not isinstance(error.__context__, HeadTooLarge):
+            if isinstance(error.__context__, HeadTooLarge):
+                self.refuse(431, "The request's headers are too large.", error)
+            elif isinstance(error.__context__, NotRoutable):
+                self.refuse(400, "Bad request.", error.__context__)
+            else:
                 raise
-            self.refuse(431, "The request's headers are too large.", error)
         except httptools.HttpParserError as error:
             self.refuse(400, "Bad request.", error)
 
@@ -488,6 +509,8 @@ class ViewerConnection(asyncio.Protocol):
     def on_headers_complete(self):
         request = self.parsing
         request.parsed(self.parser)
+        if not request.routable():  # raised: the parser stops, nothing goes to the app
+            raise NotRoutable(f"{request.method} {request.target}")
         if self.parser.should_upgrade():
             self.pause("upgrade")  # until the app's 101 opens the tunnel, or the answer
         self.requests.append(request)
@@ -752,6 +775,10 @@ class ViewerConnection(asyncio.Protocol):
 
 class HeadTooLarge(Exception):
     pass
+
+
+class NotRoutable(Exception):
+    """A request the parser accepts but the proxy refuses (Request.routable)."""
 
 
 async def serve(proxy: WebAppProxy, host: str, port: int) -> asyncio.Server:

@@ -36,7 +36,7 @@ class AppServer:
         self.big_written = 0
 
     def application(self) -> web.Application:
-        app = web.Application(client_max_size=100 * 1024 * 1024)
+        app = web.Application(client_max_size=100 * 1024 * 1024, middlewares=[self.note])
         app.router.add_route("*", "/echo", self.echo)
         app.router.add_get("/small", self.small)
         app.router.add_post("/upload", self.upload)
@@ -45,20 +45,20 @@ class AppServer:
         app.router.add_get("/ws", self.websocket)
         return app
 
-    def note(self, request):
+    @web.middleware
+    async def note(self, request, handler):
+        """Every request the app read, whatever its path: one with no route counts too."""
         self.connections.add(request.transport.get_extra_info("peername")[1])
         self.received.append(request)
+        return await handler(request)
 
     async def small(self, request):
-        self.note(request)
         return web.Response(text="abc", headers={"Set-Cookie": "app=1", "X-App": "yes"})
 
     async def echo(self, request):
-        self.note(request)
         return web.json_response({"method": request.method, "headers": dict(request.headers)})
 
     async def upload(self, request):
-        self.note(request)
         digest, size = hashlib.sha256(), 0
         async for chunk in request.content.iter_any():
             digest.update(chunk)
