@@ -332,9 +332,12 @@ def decide_destination(
 # --- requests inside a connection ----------------------------------------------------------
 
 
-def upstream_host_header(destination: Destination) -> str | None:
-    """The Host header the upstream expects when the client used the Quor API alias."""
-    if destination.requested is None:
+def upstream_host_header(destination: Destination, *, intercepted: bool = False) -> str | None:
+    """The Host header the upstream gets: always the checked destination's (the real API
+    address for the Quor API alias), so that a plain-http Host naming another site cannot
+    reach it through a shared front end (restricted mode). Inside intercepted TLS the
+    client's, already checked to be the CONNECT target."""
+    if intercepted and destination.requested is None:
         return None
     return _authority(destination.host, destination.port, 443 if destination.intercept else 80)
 

@@ -205,8 +205,15 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
         request.del_header(b"proxy-authorization")
         request.del_header(SESSION_HEADER.encode())
         try:
-            # Inside an intercepted tunnel requests name a path; on a plain connection, a URL.
-            intercepted = self.tunnel and request.host is None
+            # Inside an intercepted tunnel requests name a path (the CONNECT target is the
+            # destination); a URL there would be matched as plain http, past the App's rules.
+            if self.tunnel and request.host is not None:
+                raise Refusal(
+                    400,
+                    "egress.malformed_request",
+                    "Inside a CONNECT tunnel a request names a path, not a URL.",
+                )
+            intercepted = self.tunnel
             check_request_target(
                 self.destination,
                 request_host=None if request.host is None else _text(request.host),
@@ -228,7 +235,7 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
         if app_headers:
             prepared.set_headers.update(app_headers)
             prepared.credential_kind = app_kind
-        host_header = upstream_host_header(self.destination)
+        host_header = upstream_host_header(self.destination, intercepted=intercepted)
         if host_header:
             prepared.set_headers["host"] = host_header
         for name, value in prepared.set_headers.items():

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import BinaryIO
 
+import urllib3
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import BotoCoreError, ClientError
 from django.core.files.storage import FileSystemStorage, storages
@@ -202,7 +203,8 @@ def _unreachable(storage, exc) -> FileStoreUnavailable:
 
 
 def _read_marker(storage) -> str | None:
-    """The id in the store's marker object; None when there is none (or no store)."""
+    """The id in the store's marker object; None when there is none (or no store).
+    FileStoreMisconfigured when it cannot be read as one."""
     try:
         if _is_local(storage):
             with open(storage.path(MARKER_KEY), "rb") as f:
@@ -218,9 +220,14 @@ def _read_marker(storage) -> str | None:
     except (BotoCoreError, OSError) as exc:
         raise _unreachable(storage, exc) from exc
     try:
-        return str(json.loads(data)["id"])
+        marker = json.loads(data)["id"]
     except (ValueError, KeyError, TypeError):
-        return f"unreadable marker ({len(data)} bytes)"
+        marker = None
+    if not isinstance(marker, str) or not 1 <= len(marker) <= 64:
+        raise FileStoreMisconfigured(
+            f"The file store ({describe_location(storage)}) holds an unreadable {MARKER_KEY}."
+        )
+    return marker
 
 
 def _write_marker(storage) -> str:
@@ -228,6 +235,7 @@ def _write_marker(storage) -> str:
     data = json.dumps({"id": marker, "written_to": describe_location(storage)}).encode()
     try:
         if _is_local(storage):
+            os.makedirs(storage.location, mode=0o700, exist_ok=True)  # a new store
             _write_local(storage, MARKER_KEY, iter([data]))
         else:
             _write_s3(storage, MARKER_KEY, iter([data]))
@@ -236,9 +244,25 @@ def _write_marker(storage) -> str:
     return marker
 
 
+def _object_exists(storage, key: str) -> bool:
+    try:
+        return storage.exists(key)
+    except (BotoCoreError, ClientError, OSError) as exc:
+        raise _unreachable(storage, exc) from exc
+
+
+def _holds_the_newest_blobs(storage) -> bool:
+    """A store may become the database's only if it has the database's files (none yet,
+    or its newest ones): a store set up from a wrong directory would make every file
+    look damaged."""
+    newest = list(StoredBlob.objects.order_by("-created_at").values_list("key", flat=True)[:3])
+    return not newest or any(_object_exists(storage, key) for key in newest)
+
+
 def _identity(storage) -> FileStoreIdentity:
-    """The database's record of its store; the first process to ask sets it up (adopting
-    a marker the store already holds), one at a time."""
+    """The database's record of its store. The first check sets it up, one process at a
+    time: it adopts the marker the store holds or writes one, only if the store holds
+    the database's newest files."""
     identity = FileStoreIdentity.objects.filter(pk=1).first()
     if identity is not None:
         return identity
@@ -247,6 +271,12 @@ def _identity(storage) -> FileStoreIdentity:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtext('quor-file-store-identity'))")
         identity = FileStoreIdentity.objects.filter(pk=1).first()
         if identity is None:
+            if not _holds_the_newest_blobs(storage):
+                raise FileStoreMisconfigured(
+                    f"This process's file store ({describe_location(storage)}) holds none of "
+                    "the database's newest files: it is not the one they were written to. "
+                    "Check QUOR_FILE_STORE_DIR or QUOR_FILE_STORE_S3_*."
+                )
             marker = _read_marker(storage) or _write_marker(storage)
             identity = FileStoreIdentity.objects.create(
                 pk=1, marker=marker, location=describe_location(storage)
@@ -272,12 +302,18 @@ def file_store_check() -> None:
 _checked_locations: set[str] = set()
 
 
-def _require_the_databases_store() -> None:
-    """file_store_check, once per process and store."""
-    location = describe_location()
-    if location not in _checked_locations:
-        file_store_check()
-        _checked_locations.add(location)
+def _file_store_check_once() -> None:
+    """file_store_check, once per process and store: the write path pays for it once.
+    A directory that has gone since (an unmounted share) is checked again, so nothing is
+    written beneath its mount point."""
+    storage = _storage()
+    location = describe_location(storage)
+    if location in _checked_locations and (
+        not _is_local(storage) or os.path.isdir(storage.location)
+    ):
+        return
+    file_store_check()
+    _checked_locations.add(location)
 
 
 def blob_put(source: Source) -> StoredBlob:
@@ -285,7 +321,7 @@ def blob_put(source: Source) -> StoredBlob:
     records it. The row is created only once the bytes are committed; if the write
     fails nothing is recorded and no object is left. Refused in a file store that is not
     the database's."""
-    _require_the_databases_store()
+    _file_store_check_once()
     written = blob_write_object(source)
     return StoredBlob.objects.create(key=written.key, size=written.size, sha256=written.sha256)
 
@@ -309,7 +345,10 @@ class BlobReader(io.RawIOBase):
     def read(self, size: int | None = -1) -> bytes:
         if size is None or size < 0:
             return b"".join(iter(lambda: self.read(CHUNK_SIZE), b""))
-        data = self._raw.read(size) if size else b""
+        try:
+            data = self._raw.read(size) if size else b""
+        except (BotoCoreError, ClientError, OSError, urllib3.exceptions.HTTPError) as exc:
+            raise _unreachable(_storage(), exc) from exc
         self._seen += len(data)
         self._digest.update(data)
         expected = self._blob.size
@@ -441,7 +480,9 @@ def _unreferenced_blobs(cutoff: datetime):
 def blobs_delete_orphans(*, dry_run: bool = False, min_age=ORPHAN_MIN_AGE) -> OrphanSweep:
     """Removes what a crash or a rollback left behind, once older than `min_age`:
     objects with no row, temporary files of writes that never finished, and rows that
-    nothing refers to. Returns what it removed (or, with `dry_run`, would remove)."""
+    nothing refers to. Returns what it removed (or, with `dry_run`, would remove).
+    Only in the database's own store: elsewhere every object would look orphaned."""
+    file_store_check()
     storage = _storage()
     cutoff = timezone.now() - min_age
     swept = OrphanSweep()

@@ -77,6 +77,11 @@ class Sandbox(models.Model):
         help_text="The user has a workspace (in a runtime or in snapshots) that Quor never "
         "replaces with an empty one unless someone asks (WorkspaceReset).",
     )
+    newer_than_snapshot = models.BooleanField(
+        default=False,
+        help_text="The workspace may hold changes its newest snapshot lacks: set when a "
+        "runtime starts with it, cleared when a sleep has snapshotted it.",
+    )
     last_activity_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -89,12 +94,14 @@ class Sandbox(models.Model):
 
 
 class WorkspaceReset(models.Model):
-    """A user's workspace given up on purpose: started empty after it could not be
-    restored, or removed with its snapshots. Who did it and what it replaced."""
+    """A user's workspace replaced: started empty after it could not be restored or
+    removed with its snapshots (on purpose, by someone), or lost while in use and woken
+    from an older snapshot. Who did it and what it replaced."""
 
     class Action(models.TextChoices):
         STARTED_EMPTY = "started_empty", "Started with an empty workspace"
         REMOVED = "removed", "Workspace and snapshots removed"
+        RESTORED_OLDER = "restored_older", "Lost in use; restored from an older snapshot"
 
     sandbox = models.ForeignKey(Sandbox, on_delete=models.CASCADE, related_name="resets")
     action = models.CharField(max_length=20, choices=Action.choices)

@@ -97,6 +97,16 @@ NO_RUNTIME = {
     "runtime_credential_hash": "",
 }
 
+# The workspace is (or should be) in snapshots only: nothing to keep in a runtime.
+WORKSPACE_IN_SNAPSHOTS = (
+    Sandbox.State.SLEEPING,
+    Sandbox.State.RESTORING,
+    Sandbox.State.UNRESTORABLE,
+)
+
+# A runtime works on the workspace: it is the user's, and newer than any snapshot.
+IN_USE = {"has_workspace": True, "newer_than_snapshot": True}
+
 # A runtime exists and holds the workspace in these states. SNAPSHOTTING too: the
 # runtime is removed only after the state says SLEEPING.
 RUNTIME_STATES = (Sandbox.State.RUNNING, Sandbox.State.SNAPSHOTTING)
@@ -206,6 +216,7 @@ def sandbox_request(*, user, network_policy: str | None = None) -> Sandbox:
 
     check_sandbox_access(user)
     sandbox = get_or_create_sandbox(user=user)
+    check_workspace_restorable(sandbox)
     if network_policy and network_policy != sandbox.network_policy:
         Sandbox.objects.filter(pk=sandbox.pk).update(network_policy=network_policy)
         sandbox.refresh_from_db()
@@ -240,19 +251,26 @@ def _ensure_running(sandbox: Sandbox, for_session: Session | None) -> Sandbox:
         if sandbox.state in RUNTIME_STATES:  # SNAPSHOTTING: a sleep that died half-way
             status = backend.status(str(sandbox.pk))
             if status.running and not _should_upgrade(sandbox, status, backend, for_session):
-                _set_state(sandbox, Sandbox.State.RUNNING, last_activity_at=timezone.now())
+                _set_state(
+                    sandbox, Sandbox.State.RUNNING, last_activity_at=timezone.now(), **IN_USE
+                )
                 return sandbox
             if status.exists:
                 # A new image: replace the runtime, keep the workspace.
                 backend.destroy(str(sandbox.pk), remove_workspace=False)
-        if not backend.workspace_exists(str(sandbox.pk)):
-            if good_snapshots(sandbox).exists():
-                return _wake(sandbox, backend)
-            if sandbox.has_workspace:
-                _mark_unrestorable(sandbox, "its workspace is gone and it has no snapshot")
-                raise WorkspaceUnrestorable(_unrestorable_message(sandbox))
-        _set_state(sandbox, Sandbox.State.PROVISIONING, failure_reason="", **_new_credential())
-        _record_runtime(sandbox, _start_runtime(sandbox, backend), has_workspace=True)
+        if backend.workspace_exists(str(sandbox.pk)):
+            kept = {"has_workspace": True}  # whatever the row said: it is the user's
+        elif good_snapshots(sandbox).exists():
+            return _wake(sandbox, backend)
+        elif sandbox.has_workspace:
+            _mark_unrestorable(sandbox, "its workspace is gone and it has no snapshot")
+            raise WorkspaceUnrestorable(_unrestorable_message(sandbox))
+        else:
+            kept = {}
+        _set_state(
+            sandbox, Sandbox.State.PROVISIONING, failure_reason="", **kept, **_new_credential()
+        )
+        _record_runtime(sandbox, _start_runtime(sandbox, backend), **IN_USE)
     return sandbox
 
 
@@ -284,7 +302,10 @@ def check_workspace_restorable(sandbox: Sandbox) -> None:
 
 def sandbox_start_empty(*, sandbox: Sandbox, actor=None, via: str) -> Sandbox:
     """The explicit way on from a workspace that cannot be restored: the next start
-    gives an empty workspace. Recorded with who asked and what it replaced."""
+    gives an empty workspace. Recorded with who asked (`actor`, a user acting on their
+    own sandbox; None for an operator) and what it replaced."""
+    if actor is not None:
+        check_sandbox_access(actor)
     with sandbox_lock(sandbox.pk):
         sandbox.refresh_from_db()
         if sandbox.state != Sandbox.State.UNRESTORABLE:
@@ -292,16 +313,27 @@ def sandbox_start_empty(*, sandbox: Sandbox, actor=None, via: str) -> Sandbox:
                 f"The sandbox is {sandbox.get_state_display().lower()}: its workspace is "
                 "not lost, so it is not replaced."
             )
-        WorkspaceReset.objects.create(
-            sandbox=sandbox,
-            action=WorkspaceReset.Action.STARTED_EMPTY,
-            actor=actor,
-            via=via,
-            replaced=sandbox.failure_reason,
-        )
-        logger.warning("sandbox %s: started with an empty workspace (%s)", sandbox.pk, via)
-        _set_state(sandbox, Sandbox.State.ABSENT, has_workspace=False, failure_reason="")
+        with transaction.atomic():
+            _record_reset(sandbox, WorkspaceReset.Action.STARTED_EMPTY, actor, via)
+            _set_state(
+                sandbox,
+                Sandbox.State.ABSENT,
+                has_workspace=False,
+                newer_than_snapshot=False,
+                failure_reason="",
+            )
     return sandbox
+
+
+def _record_reset(sandbox: Sandbox, action: str, actor, via: str) -> None:
+    logger.warning("sandbox %s: %s (%s)", sandbox.pk, WorkspaceReset.Action(action).label, via)
+    WorkspaceReset.objects.create(
+        sandbox=sandbox,
+        action=action,
+        actor=actor,
+        via=via,
+        replaced=f"{sandbox.get_state_display()}. {sandbox.failure_reason}".strip(),
+    )
 
 
 def _new_credential() -> dict:
@@ -410,6 +442,7 @@ def sandbox_sleep(*, sandbox: Sandbox, force: bool = False) -> Snapshot | None:
             sandbox,
             Sandbox.State.SLEEPING,
             failure_reason="",
+            newer_than_snapshot=False,
             **NO_RUNTIME,
         )
         backend.destroy(str(sandbox.pk), remove_workspace=True)
@@ -455,7 +488,9 @@ def _wake(sandbox: Sandbox, backend) -> Sandbox:
     that is damaged), then Skills, Library and web apps; only then RUNNING. Always from
     a fresh runtime, so a wake that died half-way is simply done again. A failure that
     is not the snapshot's (the runtime will not start, the disk is full) leaves the
-    sandbox asleep, to be woken next time."""
+    sandbox asleep, to be woken next time. A workspace lost while in use (newer than its
+    snapshots) comes back as its newest snapshot, and that is recorded and told."""
+    lost_in_use = sandbox.newer_than_snapshot
     _set_state(sandbox, Sandbox.State.RESTORING, failure_reason="", **_new_credential())
     damaged = []
     for snapshot in good_snapshots(sandbox):
@@ -475,9 +510,8 @@ def _wake(sandbox: Sandbox, backend) -> Sandbox:
             _set_state(
                 sandbox,
                 Sandbox.State.SLEEPING,
-                runtime_id="",
-                network_address=None,
                 failure_reason=f"Could not wake up: {exc}",
+                **NO_RUNTIME,
             )
             raise SandboxUnavailable(f"The sandbox could not be woken up: {exc}") from exc
         _set_state(
@@ -488,7 +522,16 @@ def _wake(sandbox: Sandbox, backend) -> Sandbox:
             network_address=status.network_address or None,
         )
         _after_wake(sandbox)
-        _record_runtime(sandbox, status, failure_reason="; ".join(damaged))
+        notes = damaged
+        if lost_in_use:
+            taken = f"{snapshot.created_at:%Y-%m-%d %H:%M}"
+            notes = [
+                f"Its workspace was lost while in use and is back as the snapshot of "
+                f"{taken}: changes made after that are gone",
+                *damaged,
+            ]
+            _record_reset(sandbox, WorkspaceReset.Action.RESTORED_OLDER, None, "automatic")
+        _record_runtime(sandbox, status, failure_reason="; ".join(notes), **IN_USE)
         return sandbox
     backend.destroy(str(sandbox.pk), remove_workspace=True)
     _mark_unrestorable(sandbox, "; ".join(damaged) or "it has no snapshot")
@@ -528,12 +571,11 @@ def sandbox_refresh_state(sandbox: Sandbox) -> Sandbox:
     with sandbox_lock(sandbox.pk):
         sandbox.refresh_from_db()
         if sandbox.state in RUNTIME_STATES:
-            status = get_backend(sandbox.backend).status(str(sandbox.pk))
+            backend = get_backend(sandbox.backend)
+            status = backend.status(str(sandbox.pk))
             if not status.running:
-                _set_state(
-                    sandbox,
-                    Sandbox.State.STOPPED if status.exists else Sandbox.State.ABSENT,
-                    failure_reason=f"The runtime was found {status.detail}, not running.",
+                _record_runtime_gone(
+                    sandbox, _state_without_runtime(sandbox, backend, status), status
                 )
     return sandbox
 
@@ -557,20 +599,17 @@ def sandbox_destroy(
     that its sessions keep their history."""
     with sandbox_lock(sandbox.pk):
         sandbox.refresh_from_db()
-        if sandbox.state in (Sandbox.State.SLEEPING, Sandbox.State.UNRESTORABLE) and (
-            not remove_workspace
-        ):
+        backend = get_backend(sandbox.backend)
+        if not remove_workspace and sandbox.state in WORKSPACE_IN_SNAPSHOTS:
+            if sandbox.state == Sandbox.State.RESTORING:  # a dead wake's partial unpack
+                backend.destroy(str(sandbox.pk), remove_workspace=True)
+                _set_state(sandbox, Sandbox.State.SLEEPING, **NO_RUNTIME)
             return sandbox
-        if remove_workspace and sandbox.has_workspace:
-            WorkspaceReset.objects.create(
-                sandbox=sandbox,
-                action=WorkspaceReset.Action.REMOVED,
-                actor=actor,
-                via=via,
-                replaced=f"{sandbox.state} {sandbox.failure_reason}".strip(),
-            )
-        _set_state(sandbox, Sandbox.State.STOPPING)
-        get_backend(sandbox.backend).destroy(str(sandbox.pk), remove_workspace=remove_workspace)
+        with transaction.atomic():
+            if remove_workspace and sandbox.has_workspace:
+                _record_reset(sandbox, WorkspaceReset.Action.REMOVED, actor, via)
+            _set_state(sandbox, Sandbox.State.STOPPING)
+        backend.destroy(str(sandbox.pk), remove_workspace=remove_workspace)
         if remove_workspace:
             snapshots_delete(sandbox)
         _set_state(
@@ -578,7 +617,7 @@ def sandbox_destroy(
             Sandbox.State.ABSENT,
             failure_reason="",
             **NO_RUNTIME,
-            **({"has_workspace": False} if remove_workspace else {}),
+            **({"has_workspace": False, "newer_than_snapshot": False} if remove_workspace else {}),
         )
     return sandbox
 
@@ -835,6 +874,9 @@ def sandboxes_reconcile(*, dry_run: bool = False) -> Reconciliation:
         actions.append(f"{sandbox_id}: no sandbox row; runtime and workspace removed")
         if not dry_run:
             backend.destroy(sandbox_id, remove_workspace=True)
+    if not dry_run:
+        for sandbox in Sandbox.objects.filter(pk__in=known & workspaces, has_workspace=False):
+            _mark_workspace_kept(sandbox, backend)
     rows = Sandbox.objects.exclude(state__in=(Sandbox.State.ABSENT, Sandbox.State.STOPPED))
     rows = rows | Sandbox.objects.filter(pk__in=[i for i in instances if i in known])
     for sandbox in rows.distinct():
@@ -842,6 +884,14 @@ def sandboxes_reconcile(*, dry_run: bool = False) -> Reconciliation:
         if action:
             actions.append(f"{sandbox.pk}: {action}")
     return Reconciliation(actions=actions)
+
+
+def _mark_workspace_kept(sandbox: Sandbox, backend) -> None:
+    """A workspace that is there is the user's, whatever the row says (a row from before
+    `has_workspace`, a start that died before recording its runtime)."""
+    with sandbox_try_lock(sandbox.pk) as locked:
+        if locked and backend.workspace_exists(str(sandbox.pk)):
+            Sandbox.objects.filter(pk=sandbox.pk).update(has_workspace=True)
 
 
 def _reconcile_one(sandbox: Sandbox, backend, *, dry_run: bool) -> str:
@@ -868,29 +918,32 @@ def _reconcile_one(sandbox: Sandbox, backend, *, dry_run: bool) -> str:
             if state == Sandbox.State.RUNNING:
                 return ""
             if not dry_run:
-                _set_state(sandbox, Sandbox.State.RUNNING, failure_reason="")
+                _set_state(sandbox, Sandbox.State.RUNNING, failure_reason="", **IN_USE)
                 if state == Sandbox.State.SNAPSHOTTING:  # its processes were stopped
                     _restart_web_apps(sandbox)
             return f"{state} with its runtime running: running"
         if state in (*RUNTIME_STATES, *HALF_DONE):
             gone = _state_without_runtime(sandbox, backend, status)
-            if gone == Sandbox.State.UNRESTORABLE:
-                if not dry_run:
-                    _mark_unrestorable(
-                        sandbox, f"its runtime and workspace were found {status.detail}, with "
-                        "no snapshot",
-                    )  # fmt: skip
-                return f"{state}, but its runtime and workspace are gone: now unrestorable"
             if not dry_run:
-                _set_state(
-                    sandbox,
-                    gone,
-                    runtime_id="" if gone != Sandbox.State.STOPPED else sandbox.runtime_id,
-                    network_address=None,
-                    failure_reason=f"Its runtime was found {status.detail}; recorded as {gone}.",
-                )
-            return f"{state}, but its runtime is {status.detail}: now {gone} (re-created on demand)"
+                _record_runtime_gone(sandbox, gone, status)
+            return f"{state}, but its runtime is {status.detail}: now {gone}"
         return ""
+
+
+def _record_runtime_gone(sandbox: Sandbox, gone: str, status) -> None:
+    """What is left of a sandbox whose runtime is not running, with the reason."""
+    if gone == Sandbox.State.UNRESTORABLE:
+        _mark_unrestorable(
+            sandbox, f"its runtime and workspace were found {status.detail}, with no snapshot"
+        )
+        return
+    _set_state(
+        sandbox,
+        gone,
+        runtime_id="" if gone != Sandbox.State.STOPPED else sandbox.runtime_id,
+        network_address=None,
+        failure_reason=f"Its runtime was found {status.detail}; recorded as {gone}.",
+    )
 
 
 def _state_without_runtime(sandbox: Sandbox, backend, status) -> str:

@@ -60,13 +60,15 @@ def reconcile_sandboxes() -> None:
 def reconcile_at_worker_start(sender, **kwargs):
     """A worker that starts (after a crash too) has the runtimes compared with the
     database before it takes other work from the sandboxes queue. It also checks its file
-    store: the first worker of a deployment marks it as the database's, so that a
-    command run with other settings is refused, and a worker with the wrong one says so."""
+    store: the first check of a deployment marks it as the database's (so that a command
+    run with other settings is refused), and a worker with the wrong one says so."""
+    reconcile_sandboxes.delay()
     try:
         file_store_check()
     except QuorError as exc:
         logger.error("%s: %s", exc.code, exc.message)
-    reconcile_sandboxes.delay()
+    except Exception:  # the worker still serves; it says why it could not check
+        logger.exception("the file store could not be checked")
 
 
 @shared_task

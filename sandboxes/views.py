@@ -96,14 +96,18 @@ def session_detail(request, session_id):
     session = _session_or_404(request.user, session_id)
     if request.method == "POST":
         return _session_sharing(request, session)
-    reset = session.sandbox.resets.filter(created_at__gt=session.created_at).first()
+    reset = (
+        session.sandbox.resets.filter(created_at__gt=session.created_at)
+        .order_by("created_at")
+        .first()
+    )
     return render(
         request,
         "sandboxes/session_detail.html",
         {
             "session": session,
             "sandbox": session.sandbox,
-            "files_lost_at": reset.created_at if reset else None,
+            "workspace_reset": reset,
             "apps": session.apps.order_by("name"),
             "webapps": [webapp_payload(webapp) for webapp in session.webapps.all()],
             # Events up to here are on the page already (web apps: no second load).

@@ -73,6 +73,15 @@ def flush_without_deadlocks():
         yield
 
 
+@pytest.fixture(autouse=True)
+def file_store_checked_afresh():
+    """Each test starts from its own database: the once-per-process check of the file
+    store (quor/filestore.py) is made again rather than trusted from another test."""
+    from quor import filestore
+
+    filestore._checked_locations.clear()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def empty_test_redis():
     """Tests use their own Redis database (REDIS_URL in pyproject); start it empty so

@@ -319,3 +319,17 @@ def test_the_quor_api_alias_goes_to_the_real_api_address_with_its_credential():
     from egress.decisions import upstream_host_header
 
     assert upstream_host_header(destination) == "10.0.0.5:8000"
+
+
+def test_a_plain_http_request_reaches_the_upstream_with_the_host_that_was_checked():
+    """Not the client's Host: naming another site behind a shared front end (domain
+    fronting) would reach it past the checks."""
+    from egress.decisions import upstream_host_header
+
+    destination = decide_destination(context(), RULES, "example.com", 80, resolve)
+    check_request_target(
+        destination, request_host="example.com", request_port=80,
+        host_header="elsewhere.example", intercepted=False,
+    )  # fmt: skip
+    assert upstream_host_header(destination) == "example.com"
+    assert upstream_host_header(destination, intercepted=True) is None

@@ -533,10 +533,20 @@ MALFORMED_REQUESTS = [
         [connect("provider.test:18443"), {"tls": "provider.test"}, get("/", "provider.test:+1")],
         [OK, INVALID_PORT],
     ),
+    (  # a URL inside intercepted TLS would be judged as plain http, past the App's rules
+        [
+            connect("provider.test:18443"),
+            {"tls": "provider.test"},
+            get("http://provider.test:18443/", "other.test:18080"),
+        ],
+        [OK, MALFORMED],
+    ),
     # who asks is checked first
     ([get("http://app.test:+80/", auth="")], [(407, "egress.proxy_auth_required")]),
     # what follows the authority's end cannot move the host
     ([get("http://app.test:18080#@private.test/")], [OK]),
+    # nor can the Host header: the app gets the host that was checked
+    ([get("http://app.test:18080/fronted", host="other.test:18080")], [OK]),
 ]
 
 
@@ -573,11 +583,10 @@ def test_malformed_hosts_ports_and_schemes_get_a_json_refusal_from_the_proxy(
             assert step["seconds"] < 5, answer
             if step["status"] != 200:
                 assert step["type"] == "application/json", answer
-    assert [r["path"] for r in upstream_fakes.app.requests[app_before:]] == [
-        "/first",
-        "/first",
-        "/",
-    ]
+    received = upstream_fakes.app.requests[app_before:]
+    assert [r["path"] for r in received] == ["/first", "/first", "/", "/fronted"]
+    fronted = {name.lower(): value for name, value in received[-1]["headers"].items()}
+    assert fronted["host"] == "app.test:18080"
     assert len(upstream_fakes.provider.requests) == provider_before
     decision = wait_for_decision(code="egress.invalid_port", sandbox_id=sandbox.pk)
     assert decision.outcome == EgressDecision.Outcome.BLOCKED

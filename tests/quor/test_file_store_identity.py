@@ -92,3 +92,52 @@ def test_the_readiness_check_names_a_store_that_is_not_the_databases(
     with another_file_store():
         checks = client.get("/readyz").json()["checks"]
     assert checks["file_store"].startswith("error: FileStoreMisconfigured")
+
+
+def test_a_database_without_a_record_never_adopts_a_store_lacking_its_files(
+    local_file_store, another_file_store
+):
+    """Right after an upgrade, before any worker has checked: a blob missing from a wrong
+    store must not make that store the database's (every file would then look damaged)."""
+    blob = blob_put(b"in the workers' store")
+    FileStoreIdentity.objects.all().delete()
+    with another_file_store() as other:
+        with pytest.raises(FileStoreMisconfigured, match="holds none of the database's"):
+            blob_read(blob)
+        assert not (other.root / MARKER_KEY).exists()
+    assert not FileStoreIdentity.objects.exists()
+    file_store_check()  # the right store, as a worker starting checks it: set up
+    assert FileStoreIdentity.objects.get().marker
+    assert blob_read(blob) == b"in the workers' store"
+
+
+def test_an_unreadable_marker_is_a_misconfiguration(local_file_store):
+    blob_put(b"x")
+    local_file_store.write_raw(MARKER_KEY, b"not json")
+    with pytest.raises(FileStoreMisconfigured, match="unreadable"):
+        file_store_check()
+
+
+def test_a_store_directory_that_vanished_is_not_written_beneath_its_mount_point(
+    local_file_store,
+):
+    import shutil
+
+    blob_put(b"first")
+    shutil.rmtree(local_file_store.root)
+    with pytest.raises(FileStoreMisconfigured):
+        blob_put(b"second")
+    assert not local_file_store.root.exists()
+
+
+def test_the_orphan_sweep_never_runs_in_a_store_that_is_not_the_databases(
+    local_file_store, another_file_store
+):
+    from quor.filestore import blobs_delete_orphans
+
+    blob_put(b"the database's")
+    with another_file_store() as other:
+        other.write_raw("blobs/ab/abcdef", b"someone else's file", hours_old=3)
+        with pytest.raises(FileStoreMisconfigured):
+            blobs_delete_orphans()
+        assert other.keys() == {"blobs/ab/abcdef"}

@@ -33,13 +33,33 @@ def test_emptying_the_database_waits_for_a_reader_instead_of_deadlocking_with_it
         finally:
             connections.close_all()
 
-    with psycopg.connect(**settings) as reader:
+    with psycopg.connect(**settings) as reader, psycopg.connect(**settings) as watcher:
+        watcher.autocommit = True
         reader.execute(read_last)  # in a transaction, holding its lock
         flushing = threading.Thread(target=flush)
         flushing.start()
-        time.sleep(0.5)  # the flush has reached the last table
+        wait_until_the_flush_waits_for_a_lock(watcher, reader)
         reader.execute(read_first)
         time.sleep(1.5)  # past PostgreSQL's deadlock_timeout (1 s)
         reader.commit()
-    flushing.join(timeout=30)
+    flushing.join(timeout=90)  # longer than the flush's own 60 s limit
     assert outcome == {"flush": "done"}
+
+
+def wait_until_the_flush_waits_for_a_lock(watcher, reader, timeout=30):
+    """The flush has reached the table the reader holds: TRUNCATE waiting for its lock,
+    or the lock-everything loop sleeping between tries."""
+    reader_pid = reader.info.backend_pid
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        waiting = watcher.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid <> %s AND pid <> pg_backend_pid() "
+            "AND datname = current_database() "
+            "AND (query LIKE '%%TRUNCATE%%' OR query LIKE '%%LOCK TABLE%%') "
+            "AND (wait_event_type = 'Lock' OR wait_event = 'PgSleep')",
+            [reader_pid],
+        ).fetchone()[0]
+        if waiting:
+            return
+        time.sleep(0.02)
+    raise AssertionError("the flush never waited for the reader's table")

@@ -113,7 +113,9 @@ def test_with_every_snapshot_missing_nothing_replaces_the_workspace_until_the_us
     tasks.sleep_sandbox(str(running_sandbox.pk))
     services.sandboxes_reconcile()
     api = client_for(owner)
-    assert api.post("/api/v1/sandbox/", {}, format="json").status_code == 202
+    requested = api.post("/api/v1/sandbox/", {}, format="json")
+    assert requested.status_code == 409
+    assert requested.json()["error"]["code"] == "sandboxes.workspace_unrestorable"
     provider = factories.make_provider(owner.membership.organization)
     model = f"{provider.pk}:claude-test"
     created = api.post("/api/v1/sessions/", {"prompt": "go on", "model": model}, format="json")
@@ -159,7 +161,7 @@ def test_with_every_snapshot_missing_nothing_replaces_the_workspace_until_the_us
     woken = services.sandbox_ensure_running(running_sandbox)
     assert woken.state == Sandbox.State.RUNNING
     assert str(session.pk) not in run(woken, "ls -A /workspace/sessions")
-    assert "This session's files were lost" in page_of(owner, session)
+    assert "this sandbox's workspace was replaced" in page_of(owner, session)
 
 
 def test_a_workspace_removed_behind_quors_back_without_a_snapshot_is_reported_not_recreated(
@@ -214,3 +216,53 @@ def test_a_workspace_that_is_not_lost_is_never_started_empty(owner, client_for):
     sandbox.refresh_from_db()
     assert sandbox.state == Sandbox.State.SLEEPING
     assert not WorkspaceReset.objects.exists()
+
+
+def test_a_workspace_lost_while_in_use_comes_back_as_its_snapshot_and_that_is_told(
+    owner, running_sandbox, session
+):
+    sleep(running_sandbox)
+    woken = services.sandbox_ensure_running(running_sandbox)
+    assert woken.failure_reason == ""  # an ordinary wake says nothing
+    run(woken, 'echo "newer work" > "$1/notes.txt"', services.session_workspace(session))
+
+    DockerBackend().destroy(str(running_sandbox.pk), remove_workspace=True)
+    services.sandboxes_reconcile()
+    woken = services.sandbox_ensure_running(running_sandbox)
+    assert notes(woken, session) == "my work\n"  # the snapshot: the best there is
+    assert "lost while in use" in woken.failure_reason
+    reset = WorkspaceReset.objects.get()
+    assert (reset.action, reset.via) == ("restored_older", "automatic")
+    assert "lost while in use" in page_of(owner, session)
+
+    sleep(woken)  # the next sleep holds the whole workspace again
+    assert services.sandbox_ensure_running(woken).failure_reason == ""
+
+
+def test_a_start_that_died_before_recording_its_runtime_still_counts_as_a_workspace(
+    owner, running_sandbox, session
+):
+    Sandbox.objects.filter(pk=running_sandbox.pk).update(
+        state=Sandbox.State.PROVISIONING, has_workspace=False, newer_than_snapshot=False
+    )
+    services.sandboxes_reconcile()
+    running_sandbox.refresh_from_db()
+    assert (running_sandbox.state, running_sandbox.has_workspace) == ("running", True)
+
+    DockerBackend().destroy(str(running_sandbox.pk), remove_workspace=True)
+    with pytest.raises(services.WorkspaceUnrestorable):
+        services.sandbox_ensure_running(running_sandbox)
+
+
+def test_keeping_the_workspace_of_a_dead_wake_keeps_the_snapshot_not_a_partial_unpack(
+    owner, running_sandbox, session
+):
+    sleep(running_sandbox)
+    backend = DockerBackend()  # what a wake killed before its unpack leaves: an empty one
+    backend.ensure(services.sandbox_spec_for(running_sandbox, backend.prepare_network()))
+    Sandbox.objects.filter(pk=running_sandbox.pk).update(state=Sandbox.State.RESTORING)
+    services.sandbox_destroy(sandbox=running_sandbox, remove_workspace=False)
+    running_sandbox.refresh_from_db()
+    assert running_sandbox.state == Sandbox.State.SLEEPING
+    assert not DockerBackend().workspace_exists(str(running_sandbox.pk))
+    assert notes(services.sandbox_ensure_running(running_sandbox), session) == "my work\n"
