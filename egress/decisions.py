@@ -332,12 +332,9 @@ def decide_destination(
 # --- requests inside a connection ----------------------------------------------------------
 
 
-def upstream_host_header(destination: Destination, *, intercepted: bool = False) -> str | None:
-    """The Host header the upstream gets: always the checked destination's (the real API
-    address for the Quor API alias), so that a plain-http Host naming another site cannot
-    reach it through a shared front end (restricted mode). Inside intercepted TLS the
-    client's, already checked to be the CONNECT target."""
-    if intercepted and destination.requested is None:
+def upstream_host_header(destination: Destination) -> str | None:
+    """The Host header the upstream expects when the client used the Quor API alias."""
+    if destination.requested is None:
         return None
     return _authority(destination.host, destination.port, 443 if destination.intercept else 80)
 
@@ -371,14 +368,20 @@ def check_request_target(
             "egress.malformed_request",
             "A request to the proxy names its whole URL (GET http://host/path), not a path.",
         )
-    if host_header is not None:
-        parse_authority(host_header, default_port=80)
-    requested = (parse_destination_host(request_host), request_port)
-    if requested not in (destination.requested_target, (destination.host, destination.port)):
+    checked = (destination.requested_target, (destination.host, destination.port))
+    if (parse_destination_host(request_host), request_port) not in checked:
         raise Refusal(
             403,
             "egress.connection_reuse_refused",
             "A kept-alive connection may only be used for the host it was opened for.",
+        )
+    # The Host names the site that was checked: another one behind a shared front end
+    # (domain fronting) would be reached past its checks.
+    if host_header is not None and parse_authority(host_header, default_port=80) not in checked:
+        raise Refusal(
+            403,
+            "egress.host_mismatch",
+            f"The Host header must name the URL's host ({destination.requested_target[0]}).",
         )
 
 

@@ -235,7 +235,7 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
         if app_headers:
             prepared.set_headers.update(app_headers)
             prepared.credential_kind = app_kind
-        host_header = upstream_host_header(self.destination, intercepted=intercepted)
+        host_header = upstream_host_header(self.destination)
         if host_header:
             prepared.set_headers["host"] = host_header
         for name, value in prepared.set_headers.items():

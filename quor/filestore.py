@@ -46,6 +46,7 @@ logger = logging.getLogger(__name__)
 STORAGE_NAME = "quor_files"
 # Outside PREFIX: the orphan sweep never sees it.
 MARKER_KEY = "quor-file-store.json"
+MISSING_OBJECT_CODES = ("NoSuchKey", "404", "NoSuchBucket", "AccessDenied", "403")
 CHUNK_SIZE = 1 << 20
 PREFIX = "blobs/"
 TEMP_PREFIX = ".tmp-"
@@ -216,7 +217,7 @@ def _read_marker(storage) -> str | None:
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NoSuchBucket"):
             return None
-        raise _unreachable(storage, exc) from exc
+        raise _unreachable(storage, exc) from exc  # 403 included: nothing is readable
     except (BotoCoreError, OSError) as exc:
         raise _unreachable(storage, exc) from exc
     try:
@@ -304,12 +305,12 @@ _checked_locations: set[str] = set()
 
 def _file_store_check_once() -> None:
     """file_store_check, once per process and store: the write path pays for it once.
-    A directory that has gone since (an unmounted share) is checked again, so nothing is
-    written beneath its mount point."""
+    A directory whose marker has gone since (an unmounted share leaves its empty mount
+    point) is checked again, so nothing is written beneath it."""
     storage = _storage()
     location = describe_location(storage)
     if location in _checked_locations and (
-        not _is_local(storage) or os.path.isdir(storage.location)
+        not _is_local(storage) or os.path.isfile(storage.path(MARKER_KEY))
     ):
         return
     file_store_check()
@@ -345,17 +346,14 @@ class BlobReader(io.RawIOBase):
     def read(self, size: int | None = -1) -> bytes:
         if size is None or size < 0:
             return b"".join(iter(lambda: self.read(CHUNK_SIZE), b""))
-        try:
-            data = self._raw.read(size) if size else b""
-        except (BotoCoreError, ClientError, OSError, urllib3.exceptions.HTTPError) as exc:
-            raise _unreachable(_storage(), exc) from exc
+        data = self._read_raw(size) if size else b""
         self._seen += len(data)
         self._digest.update(data)
         expected = self._blob.size
         if self._seen > expected:
             raise _corrupt(self._blob, f"it is longer than its recorded {expected} bytes")
         if self._seen == expected and not self._verified:
-            if self._raw.read(1):
+            if self._read_raw(1):
                 raise _corrupt(self._blob, f"it is longer than its recorded {expected} bytes")
             if self._digest.hexdigest() != self._blob.sha256:
                 raise _corrupt(
@@ -366,6 +364,13 @@ class BlobReader(io.RawIOBase):
         elif size and not data and self._seen < expected:
             raise _corrupt(self._blob, f"it ends after {self._seen} of its {expected} bytes")
         return data
+
+    def _read_raw(self, size: int) -> bytes:
+        """A store that fails in the middle of a read is out of reach, not damaged."""
+        try:
+            return self._raw.read(size)
+        except (BotoCoreError, ClientError, OSError, urllib3.exceptions.HTTPError) as exc:
+            raise _unreachable(_storage(), exc) from exc
 
     def readinto(self, buffer) -> int:
         data = self.read(len(buffer))
@@ -403,7 +408,9 @@ def blob_open(blob) -> BlobReader:
     except FileNotFoundError:
         raise _missing(blob) from None
     except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NoSuchBucket"):
+        # Without s3:ListBucket a missing key is 403; _missing tells it from a store the
+        # credentials cannot read at all (its marker is then unreadable too).
+        if exc.response.get("Error", {}).get("Code") in MISSING_OBJECT_CODES:
             raise _missing(blob) from None
         raise _unreachable(storage, exc) from exc
     except (BotoCoreError, OSError) as exc:

@@ -259,7 +259,7 @@ def _ensure_running(sandbox: Sandbox, for_session: Session | None) -> Sandbox:
                 # A new image: replace the runtime, keep the workspace.
                 backend.destroy(str(sandbox.pk), remove_workspace=False)
         if backend.workspace_exists(str(sandbox.pk)):
-            kept = {"has_workspace": True}  # whatever the row said: it is the user's
+            kept = IN_USE  # whatever the row said: the user's, and newer than any snapshot
         elif good_snapshots(sandbox).exists():
             return _wake(sandbox, backend)
         elif sandbox.has_workspace:
@@ -325,15 +325,19 @@ def sandbox_start_empty(*, sandbox: Sandbox, actor=None, via: str) -> Sandbox:
     return sandbox
 
 
-def _record_reset(sandbox: Sandbox, action: str, actor, via: str) -> None:
+def _record_reset(sandbox: Sandbox, action: str, actor, via: str, replaced: str = "") -> None:
     logger.warning("sandbox %s: %s (%s)", sandbox.pk, WorkspaceReset.Action(action).label, via)
     WorkspaceReset.objects.create(
         sandbox=sandbox,
         action=action,
         actor=actor,
         via=via,
-        replaced=f"{sandbox.get_state_display()}. {sandbox.failure_reason}".strip(),
+        replaced=replaced or _state_described(sandbox),
     )
+
+
+def _state_described(sandbox: Sandbox) -> str:
+    return f"{sandbox.get_state_display()}. {sandbox.failure_reason}".strip()
 
 
 def _new_credential() -> dict:
@@ -490,7 +494,7 @@ def _wake(sandbox: Sandbox, backend) -> Sandbox:
     is not the snapshot's (the runtime will not start, the disk is full) leaves the
     sandbox asleep, to be woken next time. A workspace lost while in use (newer than its
     snapshots) comes back as its newest snapshot, and that is recorded and told."""
-    lost_in_use = sandbox.newer_than_snapshot
+    lost_in_use, before = sandbox.newer_than_snapshot, _state_described(sandbox)
     _set_state(sandbox, Sandbox.State.RESTORING, failure_reason="", **_new_credential())
     damaged = []
     for snapshot in good_snapshots(sandbox):
@@ -523,15 +527,18 @@ def _wake(sandbox: Sandbox, backend) -> Sandbox:
         )
         _after_wake(sandbox)
         notes = damaged
-        if lost_in_use:
-            taken = f"{snapshot.created_at:%Y-%m-%d %H:%M}"
-            notes = [
-                f"Its workspace was lost while in use and is back as the snapshot of "
-                f"{taken}: changes made after that are gone",
-                *damaged,
-            ]
-            _record_reset(sandbox, WorkspaceReset.Action.RESTORED_OLDER, None, "automatic")
-        _record_runtime(sandbox, status, failure_reason="; ".join(notes), **IN_USE)
+        with transaction.atomic():
+            if lost_in_use:
+                taken = f"{snapshot.created_at:%Y-%m-%d %H:%M}"
+                notes = [
+                    f"Its workspace was lost while in use and is back as the snapshot of "
+                    f"{taken}: changes made after that are gone",
+                    *damaged,
+                ]
+                _record_reset(
+                    sandbox, WorkspaceReset.Action.RESTORED_OLDER, None, "automatic", before
+                )
+            _record_runtime(sandbox, status, failure_reason="; ".join(notes), **IN_USE)
         return sandbox
     backend.destroy(str(sandbox.pk), remove_workspace=True)
     _mark_unrestorable(sandbox, "; ".join(damaged) or "it has no snapshot")
@@ -583,8 +590,8 @@ def sandbox_refresh_state(sandbox: Sandbox) -> Sandbox:
 def sandbox_stop(*, sandbox: Sandbox) -> Sandbox:
     with sandbox_lock(sandbox.pk):
         sandbox.refresh_from_db()
-        if sandbox.state in (Sandbox.State.ABSENT, Sandbox.State.STOPPED, Sandbox.State.SLEEPING):
-            return sandbox
+        if sandbox.state in (Sandbox.State.ABSENT, Sandbox.State.STOPPED, *WORKSPACE_IN_SNAPSHOTS):
+            return sandbox  # no runtime to stop (a dead wake's is reconciliation's)
         _set_state(sandbox, Sandbox.State.STOPPING)
         get_backend(sandbox.backend).stop(str(sandbox.pk))
         _set_state(sandbox, Sandbox.State.STOPPED)
@@ -606,9 +613,12 @@ def sandbox_destroy(
                 _set_state(sandbox, Sandbox.State.SLEEPING, **NO_RUNTIME)
             return sandbox
         with transaction.atomic():
-            if remove_workspace and sandbox.has_workspace:
-                _record_reset(sandbox, WorkspaceReset.Action.REMOVED, actor, via)
-            _set_state(sandbox, Sandbox.State.STOPPING)
+            removed = {}
+            if remove_workspace:  # on purpose: nothing to restore if the removal dies half-way
+                removed = {"has_workspace": False, "newer_than_snapshot": False}
+                if sandbox.has_workspace:
+                    _record_reset(sandbox, WorkspaceReset.Action.REMOVED, actor, via)
+            _set_state(sandbox, Sandbox.State.STOPPING, **removed)
         backend.destroy(str(sandbox.pk), remove_workspace=remove_workspace)
         if remove_workspace:
             snapshots_delete(sandbox)
@@ -617,7 +627,6 @@ def sandbox_destroy(
             Sandbox.State.ABSENT,
             failure_reason="",
             **NO_RUNTIME,
-            **({"has_workspace": False, "newer_than_snapshot": False} if remove_workspace else {}),
         )
     return sandbox
 
@@ -875,7 +884,11 @@ def sandboxes_reconcile(*, dry_run: bool = False) -> Reconciliation:
         if not dry_run:
             backend.destroy(sandbox_id, remove_workspace=True)
     if not dry_run:
-        for sandbox in Sandbox.objects.filter(pk__in=known & workspaces, has_workspace=False):
+        unmarked = Q(has_workspace=False) | Q(newer_than_snapshot=False)
+        for sandbox in (
+            Sandbox.objects.filter(unmarked, pk__in=known & workspaces)
+            .exclude(state__in=WORKSPACE_IN_SNAPSHOTS)
+        ):  # fmt: skip
             _mark_workspace_kept(sandbox, backend)
     rows = Sandbox.objects.exclude(state__in=(Sandbox.State.ABSENT, Sandbox.State.STOPPED))
     rows = rows | Sandbox.objects.filter(pk__in=[i for i in instances if i in known])
@@ -887,11 +900,13 @@ def sandboxes_reconcile(*, dry_run: bool = False) -> Reconciliation:
 
 
 def _mark_workspace_kept(sandbox: Sandbox, backend) -> None:
-    """A workspace that is there is the user's, whatever the row says (a row from before
-    `has_workspace`, a start that died before recording its runtime)."""
+    """A workspace that is there (outside a sleep or a wake) is the user's and newer than
+    any snapshot, whatever the row says (rows from before these flags)."""
     with sandbox_try_lock(sandbox.pk) as locked:
         if locked and backend.workspace_exists(str(sandbox.pk)):
-            Sandbox.objects.filter(pk=sandbox.pk).update(has_workspace=True)
+            Sandbox.objects.filter(pk=sandbox.pk).exclude(state__in=WORKSPACE_IN_SNAPSHOTS).update(
+                **IN_USE
+            )
 
 
 def _reconcile_one(sandbox: Sandbox, backend, *, dry_run: bool) -> str:
@@ -937,12 +952,18 @@ def _record_runtime_gone(sandbox: Sandbox, gone: str, status) -> None:
             sandbox, f"its runtime and workspace were found {status.detail}, with no snapshot"
         )
         return
+    reason = f"Its runtime was found {status.detail}; recorded as {gone}."
+    if gone == Sandbox.State.SLEEPING and sandbox.newer_than_snapshot:
+        reason = (
+            f"Its workspace was found {status.detail} while in use: it wakes from its newest "
+            "snapshot, without the changes made after it."
+        )
     _set_state(
         sandbox,
         gone,
         runtime_id="" if gone != Sandbox.State.STOPPED else sandbox.runtime_id,
         network_address=None,
-        failure_reason=f"Its runtime was found {status.detail}; recorded as {gone}.",
+        failure_reason=reason,
     )
 
 

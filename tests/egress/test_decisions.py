@@ -321,15 +321,30 @@ def test_the_quor_api_alias_goes_to_the_real_api_address_with_its_credential():
     assert upstream_host_header(destination) == "10.0.0.5:8000"
 
 
-def test_a_plain_http_request_reaches_the_upstream_with_the_host_that_was_checked():
-    """Not the client's Host: naming another site behind a shared front end (domain
-    fronting) would reach it past the checks."""
-    from egress.decisions import upstream_host_header
-
+@pytest.mark.parametrize(
+    ("host_header", "allowed"),
+    [
+        ("example.com", True),
+        ("EXAMPLE.com:80", True),
+        (None, True),
+        ("elsewhere.example", False),
+        ("example.com:8080", False),
+    ],
+)
+def test_a_plain_http_host_header_must_name_the_urls_host(host_header, allowed):
+    """Naming another site behind a shared front end (domain fronting) would reach it
+    past the checks made of the URL's host."""
     destination = decide_destination(context(), RULES, "example.com", 80, resolve)
-    check_request_target(
-        destination, request_host="example.com", request_port=80,
-        host_header="elsewhere.example", intercepted=False,
-    )  # fmt: skip
-    assert upstream_host_header(destination) == "example.com"
-    assert upstream_host_header(destination, intercepted=True) is None
+
+    def check():
+        check_request_target(
+            destination, request_host="example.com", request_port=80,
+            host_header=host_header, intercepted=False,
+        )  # fmt: skip
+
+    if allowed:
+        check()
+    else:
+        with pytest.raises(Refusal) as refused:
+            check()
+        assert refused.value.code == "egress.host_mismatch"

@@ -128,6 +128,10 @@ def test_a_store_directory_that_vanished_is_not_written_beneath_its_mount_point(
     with pytest.raises(FileStoreMisconfigured):
         blob_put(b"second")
     assert not local_file_store.root.exists()
+    local_file_store.root.mkdir()  # an unmounted share leaves its empty mount point
+    with pytest.raises(FileStoreMisconfigured):
+        blob_put(b"third")
+    assert list(local_file_store.root.iterdir()) == []
 
 
 def test_the_orphan_sweep_never_runs_in_a_store_that_is_not_the_databases(

@@ -228,11 +228,13 @@ def test_a_workspace_lost_while_in_use_comes_back_as_its_snapshot_and_that_is_to
 
     DockerBackend().destroy(str(running_sandbox.pk), remove_workspace=True)
     services.sandboxes_reconcile()
+    assert "lost while in use" in page_of(owner, session)  # before the wake too
     woken = services.sandbox_ensure_running(running_sandbox)
     assert notes(woken, session) == "my work\n"  # the snapshot: the best there is
     assert "lost while in use" in woken.failure_reason
     reset = WorkspaceReset.objects.get()
     assert (reset.action, reset.via) == ("restored_older", "automatic")
+    assert "while in use" in reset.replaced  # what it replaced: the reason until then
     assert "lost while in use" in page_of(owner, session)
 
     sleep(woken)  # the next sleep holds the whole workspace again
@@ -266,3 +268,21 @@ def test_keeping_the_workspace_of_a_dead_wake_keeps_the_snapshot_not_a_partial_u
     assert running_sandbox.state == Sandbox.State.SLEEPING
     assert not DockerBackend().workspace_exists(str(running_sandbox.pk))
     assert notes(services.sandbox_ensure_running(running_sandbox), session) == "my work\n"
+
+
+def test_reconciliation_marks_a_kept_volume_of_a_row_from_before_the_flags(
+    owner, running_sandbox, session
+):
+    """An absent row whose runtime went but whose volume stayed, written before
+    `has_workspace` existed: once its volume is gone too, it must not start empty."""
+    DockerBackend().destroy(str(running_sandbox.pk), remove_workspace=False)
+    Sandbox.objects.filter(pk=running_sandbox.pk).update(
+        state=Sandbox.State.ABSENT, has_workspace=False, newer_than_snapshot=False
+    )
+    services.sandboxes_reconcile()
+    running_sandbox.refresh_from_db()
+    assert (running_sandbox.has_workspace, running_sandbox.newer_than_snapshot) == (True, True)
+
+    DockerBackend().destroy(str(running_sandbox.pk), remove_workspace=True)
+    with pytest.raises(services.WorkspaceUnrestorable):
+        services.sandbox_ensure_running(running_sandbox)
