@@ -101,3 +101,41 @@ def bench_member(*, slug: str, name: str, email: str):
         model_names=["claude-bench"],
     )
     return organization, user, provider
+
+
+def start_process_group(argv: list[str], log: Path, *, env: dict | None = None, cwd=None):
+    """A process in a process group of its own (it may fork: proxy.py's acceptors,
+    Celery's pool), its output in `log`; stop it with `stop_process_group`."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as output:
+        return subprocess.Popen(  # noqa: S603
+            argv,
+            cwd=cwd,
+            env=env if env is not None else os.environ.copy(),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop_process_group(process, grace: float = 10) -> None:
+    """SIGTERM to the process's group, then SIGKILL to what is left of it after `grace`
+    seconds (forked children may outlive their parent)."""
+    import signal
+    import time
+
+    for number, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(process.pid, number)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            process.poll()
+            if not process_group_alive(process.pid):
+                break
+            time.sleep(0.1)
+        else:
+            continue
+        break
+    process.poll()

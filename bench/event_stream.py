@@ -133,7 +133,7 @@ class StubBackend:
 
     name = "bench-stub"
 
-    def prepare_network(self):
+    def egress_proxy_address(self):
         return "10.233.0.1"
 
     def image_ref(self, image):

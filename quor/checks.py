@@ -35,3 +35,18 @@ def check_approval_timeout(app_configs, **kwargs):
             id="quor.E005",
         )
     ]
+
+
+@register()
+def check_sandbox_backend(app_configs, **kwargs):
+    """The memory backend runs sandbox commands as processes of this host."""
+    if settings.QUOR_SANDBOX_BACKEND != "memory" or settings.DEBUG:
+        return []
+    return [
+        Error(
+            "QUOR_SANDBOX_BACKEND=memory is for tests only.",
+            hint="The memory backend runs sandbox commands as processes of this host and "
+            "isolates nothing: use docker.",
+            id="quor.E006",
+        )
+    ]

@@ -114,7 +114,7 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_SSL_REDIRECT = envbool("QUOR_SSL_REDIRECT", False)
 # Except the sandbox-facing API: the egress proxy calls it over plain HTTP at
 # QUOR_SANDBOX_API_URL, and it accepts only the sandbox credential (no browser login).
-SECURE_REDIRECT_EXEMPT = [r"^api/v1/runtime/(whoami|sessions/[^/]+/(events|webapps))/$"]
+SECURE_REDIRECT_EXEMPT = [r"^api/v1/runtime/(whoami|sessions/[^/]+/(events|heartbeat|webapps))/$"]
 SECURE_HSTS_SECONDS = envint("QUOR_HSTS_SECONDS", 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
 SECURE_HSTS_PRELOAD = envbool("QUOR_HSTS_PRELOAD", False)
@@ -128,6 +128,13 @@ X_FRAME_OPTIONS = "DENY"
 QUOR_MAX_REQUEST_BYTES = envint("QUOR_MAX_REQUEST_BYTES", 10 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = QUOR_MAX_REQUEST_BYTES
 
+# Items per page of an API list when the request gives no `page_size` (README, "API").
+QUOR_API_PAGE_SIZE = envint("QUOR_API_PAGE_SIZE", 50)
+# Largest `page_size` an API list honours; a larger one is capped to it.
+QUOR_API_MAX_PAGE_SIZE = envint("QUOR_API_MAX_PAGE_SIZE", 200)
+# Most entries a workspace directory listing returns; `truncated` says there were more.
+QUOR_FILES_LIST_LIMIT = envint("QUOR_FILES_LIST_LIMIT", 1000)
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "quor.lib.authentication.ApiTokenAuthentication",
@@ -138,8 +145,8 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "quor.lib.errors.api_exception_handler",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
-    "PAGE_SIZE": 50,
+    "DEFAULT_PAGINATION_CLASS": "quor.lib.pagination.CursorPagination",
+    "PAGE_SIZE": QUOR_API_PAGE_SIZE,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 SPECTACULAR_SETTINGS = {
@@ -198,7 +205,7 @@ CELERY_BEAT_SCHEDULE = {
     "delete-orphaned-blobs": {"task": "quor.tasks.delete_orphaned_blobs", "schedule": 3600.0},
 }
 
-# Sandbox backend: `docker` (now) or `kubernetes` (later).
+# Sandbox backend: `docker` (now) or `kubernetes` (later); `memory` for tests only (quor.E006).
 QUOR_SANDBOX_BACKEND = env("QUOR_SANDBOX_BACKEND", "docker")
 # Name of this deployment; labels every runtime instance it creates.
 QUOR_DEPLOYMENT = env("QUOR_DEPLOYMENT", "dev")
@@ -262,6 +269,8 @@ QUOR_EXTRA_CA_BUNDLE = env("QUOR_EXTRA_CA_BUNDLE", "/etc/ssl/certs/ca-certificat
 # Longest an agent turn may run, in seconds; most model calls and tool steps it takes.
 QUOR_AGENT_TURN_TIMEOUT = envint("QUOR_AGENT_TURN_TIMEOUT", 3600)
 QUOR_AGENT_MAX_STEPS = envint("QUOR_AGENT_MAX_STEPS", 30)
+# How often a working agent tells Quor it is alive, in seconds; six missed beats lose the turn.
+QUOR_AGENT_HEARTBEAT_SECONDS = envint("QUOR_AGENT_HEARTBEAT_SECONDS", 15)
 # Attachments of a new session: how many, and how large each may be (bytes).
 QUOR_MAX_ATTACHMENTS = envint("QUOR_MAX_ATTACHMENTS", 10)
 QUOR_MAX_ATTACHMENT_BYTES = envint("QUOR_MAX_ATTACHMENT_BYTES", 20 * 1024 * 1024)

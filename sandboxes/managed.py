@@ -7,16 +7,21 @@ store (checked) and copied again."""
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
 from quor.filestore import blob_read
+from quor.lib.errors import QuorError
+from sandboxes import image
 from sandboxes.backends import get_backend
-from sandboxes.backends.base import MANAGED_AREA, WORKSPACE
-from sandboxes.models import LibraryFile, Session, Skill
+from sandboxes.backends.base import MANAGED_AREA, WORKSPACE, BackendError
+from sandboxes.models import LibraryFile, Sandbox, Session, Skill
 from sandboxes.services import clean_relative_path, session_workspace
 from sandboxes.skills import skill_files
+
+logger = logging.getLogger(__name__)
 
 MANAGED = f"{WORKSPACE}/{MANAGED_AREA}"
 MANIFEST = "manifest.json"
@@ -77,13 +82,23 @@ def sync_managed_area(*, session: Session) -> dict[str, int]:
     backend.write_file(sandbox_id, MANAGED, MANIFEST, [manifest], len(manifest))
     workspace = session_workspace(session)
     for name in ("skills", "library"):
-        _run(
-            backend,
-            sandbox_id,
-            ["ln", "-sfn", f"../../.quor-managed/{name}", f"{workspace}/{name}"],
-        )
+        _run(backend, sandbox_id, image.link_managed_area_argv(name, workspace))
     return {
         "copied": len(changed),
         "unchanged": len(hashes) - len(changed),
         "removed": len(removed),
     }
+
+
+def sync_managed_area_after_wake(sender, *, sandbox: Sandbox, woke: bool, **kwargs) -> None:
+    """`runtime_ready`: a woken sandbox's managed area is empty (it is not in snapshots).
+    A problem does not keep the sandbox from waking: it is logged, and the next turn
+    synchronises the area again."""
+    latest = sandbox.sessions.order_by("-created_at").first()
+    if not woke or latest is None:
+        return
+    try:
+        sync_managed_area(session=latest)
+    except (BackendError, QuorError) as exc:
+        logger.warning("sandbox %s: Skills and Library not synchronised after a wake: %s",
+                       sandbox.pk, exc)  # fmt: skip

@@ -190,6 +190,12 @@ class Session(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    agent_seen_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="When the running turn's agent last reported (an event or a heartbeat).",
+    )
 
     class Meta:
         ordering = ["-created_at"]

@@ -1,16 +1,22 @@
-"""Deleting a Library file, a Skill or a session's attachment deletes its blob, whichever
-path deleted it (a service, the admin, a cascade from a user or an organization)."""
+"""The sandboxes app's receivers: blobs deleted with their rows, and the Library,
+Skills and scheduling acting on the notifications of the layers below them
+(sandboxes/signals.py)."""
 
 from django.db.models.signals import post_delete
 
 from quor.filestore import blob_delete
 from quor.models import StoredBlob
+from sandboxes.managed import sync_managed_area_after_wake
 from sandboxes.models import Attachment, LibraryFile, Skill
+from sandboxes.scheduled import settle_scheduled_run
+from sandboxes.signals import runtime_ready, session_status_changed
 
 BLOB_FIELDS = {LibraryFile: "blob_id", Skill: "bundle_id", Attachment: "blob_id"}
 
 
 def delete_the_blob(sender, instance, **kwargs) -> None:
+    """Whichever path deleted the row: a service, the admin, a cascade from a user or an
+    organization."""
     blob = StoredBlob.objects.filter(pk=getattr(instance, BLOB_FIELDS[sender])).first()
     if blob is not None:
         blob_delete(blob)
@@ -19,3 +25,5 @@ def delete_the_blob(sender, instance, **kwargs) -> None:
 def connect() -> None:
     for model in BLOB_FIELDS:
         post_delete.connect(delete_the_blob, sender=model, dispatch_uid=f"blob-{model.__name__}")
+    runtime_ready.connect(sync_managed_area_after_wake, dispatch_uid="library-after-wake")
+    session_status_changed.connect(settle_scheduled_run, dispatch_uid="scheduled-run-settle")

@@ -2,8 +2,9 @@
 schedule, evaluated in the task's time zone and stored in UTC.
 
 Each due time gets exactly one ScheduledRun that records what became of it. A run
-that started a session is `running` until that session's turn ends: sandboxes.sessions
-calls `session_turn_ended` in the transaction that changes the session's status. While
+that started a session is `running` until that session's turn ends
+(`settle_scheduled_run`, on `session_status_changed` in the transaction that changes the
+session's status). While
 a run is `running` the egress proxy treats its session as unattended (Ask actions of
 the task's pre-approved Apps go through, other Ask actions fail at once)."""
 
@@ -345,13 +346,9 @@ def _settle(run: ScheduledRun, session: Session | None) -> bool:
     )
 
 
-def session_turn_ended(*, session: Session, status_to=None) -> None:
-    """Called by sandboxes.sessions inside the transaction that changes a session's
-    status (`status_to`; None means no change): the scheduled run that started the
-    session ends with its turn, `finished` on waiting, `failed` with the reason on
-    failed or cancelled."""
-    if status_to is None:
-        return
+def settle_scheduled_run(sender, *, session: Session, **kwargs) -> None:
+    """`session_status_changed`: the scheduled run that started the session ends with
+    its turn, `finished` on waiting, `failed` with the reason on failed or cancelled."""
     run = ScheduledRun.objects.filter(session_id=session.pk, status=ScheduledRun.Status.RUNNING)
     run = run.first()
     if run is not None:

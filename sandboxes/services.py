@@ -30,6 +30,8 @@ from quor.lib.errors import (
     QuorError,
 )
 from quor.lib.permissions import check_sandbox_access
+from quor.lib.tasks import send_on_commit
+from sandboxes import image
 from sandboxes.backends import get_backend
 from sandboxes.backends.base import (
     SESSIONS_DIR,
@@ -50,6 +52,7 @@ from sandboxes.models import (
     new_secret_token,
 )
 from sandboxes.selectors import get_session_for_user, is_uuid
+from sandboxes.signals import runtime_ready
 from sandboxes.snapshots import (
     SnapshotDamaged,
     good_snapshots,
@@ -149,22 +152,20 @@ def proxy_environment(proxy_address: str, principal: str, token: str) -> dict[st
 
 def session_proxy_environment(session: Session) -> dict[str, str]:
     """Proxy settings carrying the session's own identity, for its commands."""
-    proxy_address = get_backend(session.sandbox.backend).prepare_network()
+    proxy_address = get_backend(session.sandbox.backend).egress_proxy_address()
     principal = f"{SESSION_PRINCIPAL_PREFIX}{session.pk}"
     return proxy_environment(proxy_address, principal, session.proxy_token)
 
 
 def stop_agent_process(*, session: Session) -> None:
-    """SIGTERM to the session's agent runtime, if it runs (the pattern is anchored so it
-    matches the runtime only, not this command's own wrapper)."""
+    """SIGTERM to the session's agent runtime, if it runs."""
     sandbox = session.sandbox
     if sandbox.state not in RUNTIME_STATES:
         return
-    pattern = f"^python3 /opt/quor/agent.py --session-id {session.pk}"
     try:
         get_backend(sandbox.backend).exec(
             str(sandbox.pk),
-            ["pkill", "-TERM", "-f", pattern],
+            image.stop_agent_argv(str(session.pk)),
             cwd=WORKSPACE,
             env={},
             timeout_s=10,
@@ -212,15 +213,13 @@ def get_or_create_sandbox(*, user) -> Sandbox:
 
 def sandbox_request(*, user, network_policy: str | None = None) -> Sandbox:
     """Records that the user wants their sandbox running and enqueues the work."""
-    from sandboxes import tasks
-
     check_sandbox_access(user)
     sandbox = get_or_create_sandbox(user=user)
     check_workspace_restorable(sandbox)
     if network_policy and network_policy != sandbox.network_policy:
         Sandbox.objects.filter(pk=sandbox.pk).update(network_policy=network_policy)
         sandbox.refresh_from_db()
-    transaction.on_commit(lambda: tasks.ensure_sandbox.delay(str(sandbox.pk)), robust=True)
+    send_on_commit("sandboxes.tasks.ensure_sandbox", str(sandbox.pk))
     return sandbox
 
 
@@ -348,7 +347,7 @@ def _new_credential() -> dict:
 
 def _start_runtime(sandbox: Sandbox, backend):
     try:
-        return backend.ensure(sandbox_spec_for(sandbox, backend.prepare_network()))
+        return backend.ensure(sandbox_spec_for(sandbox, backend.egress_proxy_address()))
     except BackendError as exc:
         _set_state(sandbox, Sandbox.State.FAILED, failure_reason=str(exc))
         raise SandboxUnavailable(f"The sandbox could not be started: {exc}") from exc
@@ -399,8 +398,6 @@ def session_in_use(user, session_id) -> Session:
 def sandboxes_sleep_idle() -> list[str]:
     """Enqueues a sleep for every running sandbox that looks idle; the task checks
     again under the sandbox's lock. A SNAPSHOTTING one is a sleep that died half-way."""
-    from sandboxes import tasks
-
     cutoff = timezone.now() - timedelta(seconds=settings.QUOR_SANDBOX_IDLE_SECONDS)
     candidates = [
         str(pk)
@@ -409,9 +406,7 @@ def sandboxes_sleep_idle() -> list[str]:
         ).values_list("pk", flat=True)
     ]
     for sandbox_id in candidates:
-        transaction.on_commit(
-            lambda sandbox_id=sandbox_id: tasks.sleep_sandbox.delay(sandbox_id), robust=True
-        )
+        send_on_commit("sandboxes.tasks.sleep_sandbox", sandbox_id)
     return candidates
 
 
@@ -433,7 +428,7 @@ def sandbox_sleep(*, sandbox: Sandbox, force: bool = False) -> Snapshot | None:
             _stop_sandbox_processes(sandbox, backend)
             snapshot = snapshot_take(sandbox, backend)
         except Exception as exc:  # whatever it was, the runtime still has the data
-            _restart_web_apps(sandbox)
+            runtime_ready.send(Sandbox, sandbox=sandbox, woke=False)
             # Counted as activity: the next attempt comes after another idle period.
             _set_state(
                 sandbox,
@@ -454,23 +449,12 @@ def sandbox_sleep(*, sandbox: Sandbox, force: bool = False) -> Snapshot | None:
     return snapshot
 
 
-# Every process of the sandbox user but the runtime's own (its oldest: the entrypoint's
-# last command, which keeps the container alive) and this command's: the snapshot is then
-# the workspace at one instant, as after a power cut (which programs like SQLite recover
-# from), never files read while they are being changed.
-STOP_PROCESSES = (
-    'keep=$(pgrep -o -u "$(id -u)"); for p in $(pgrep -u "$(id -u)"); do '
-    '[ "$p" -ne "$keep" ] && [ "$p" -ne $$ ] && [ "$p" -ne "$PPID" ] && kill -KILL "$p"; '
-    "done 2>/dev/null; exit 0"
-)
-
-
 def _stop_sandbox_processes(sandbox: Sandbox, backend) -> None:
     """Before a snapshot: web app servers and background jobs stop (web apps start
     again on wake, or at once if the sleep fails)."""
     result = backend.exec(
         str(sandbox.pk),
-        ["sh", "-c", STOP_PROCESSES],
+        image.stop_processes_argv(),
         cwd=WORKSPACE,
         env={},
         timeout_s=30,
@@ -478,13 +462,6 @@ def _stop_sandbox_processes(sandbox: Sandbox, backend) -> None:
     )
     if result.exit_code != 0:
         raise BackendError(f"could not stop the sandbox's processes: {result.stderr.decode()}")
-
-
-def _restart_web_apps(sandbox: Sandbox) -> None:
-    from webapps.services import webapps_restart
-
-    with contextlib.suppress(BackendError):
-        webapps_restart(sandbox)
 
 
 def _wake(sandbox: Sandbox, backend) -> Sandbox:
@@ -500,7 +477,7 @@ def _wake(sandbox: Sandbox, backend) -> Sandbox:
     for snapshot in good_snapshots(sandbox):
         backend.destroy(str(sandbox.pk), remove_workspace=True)  # what an attempt left
         try:
-            status = backend.ensure(sandbox_spec_for(sandbox, backend.prepare_network()))
+            status = backend.ensure(sandbox_spec_for(sandbox, backend.egress_proxy_address()))
             snapshot_restore(snapshot, backend)
         except (SnapshotDamaged, CorruptBlob) as exc:
             snapshot_mark_damaged(snapshot, str(exc))
@@ -525,7 +502,7 @@ def _wake(sandbox: Sandbox, backend) -> Sandbox:
             image_ref=status.image_ref,
             network_address=status.network_address or None,
         )
-        _after_wake(sandbox)
+        runtime_ready.send(Sandbox, sandbox=sandbox, woke=True)
         notes = damaged
         with transaction.atomic():
             if lost_in_use:
@@ -543,23 +520,6 @@ def _wake(sandbox: Sandbox, backend) -> Sandbox:
     backend.destroy(str(sandbox.pk), remove_workspace=True)
     _mark_unrestorable(sandbox, "; ".join(damaged) or "it has no snapshot")
     raise WorkspaceUnrestorable(_unrestorable_message(sandbox))
-
-
-def _after_wake(sandbox: Sandbox) -> None:
-    """Skills and Library back in the managed area; web apps' servers started again.
-    Neither keeps the sandbox from waking: a problem is logged (the next turn syncs the
-    area again; an app that did not start answers 502 until it is started again)."""
-    from sandboxes.managed import sync_managed_area
-    from webapps.services import webapps_restart
-
-    latest = sandbox.sessions.order_by("-created_at").first()
-    try:
-        if latest is not None:
-            sync_managed_area(session=latest)
-    except (BackendError, QuorError) as exc:
-        logger.warning("sandbox %s: Skills and Library not synchronised after a wake: %s",
-                       sandbox.pk, exc)  # fmt: skip
-    webapps_restart(sandbox)
 
 
 def _should_upgrade(sandbox: Sandbox, status, backend, for_session) -> bool:
@@ -644,7 +604,7 @@ def session_workspace_ensure(*, session: Session) -> str:
     path = session_workspace(session)
     result = get_backend(sandbox.backend).exec(
         str(sandbox.pk),
-        ["mkdir", "-p", "-m", "700", path, f"{path}/.quor", f"{path}/attachments"],
+        image.make_session_directory_argv(path),
         cwd=WORKSPACE,
         env={},
         timeout_s=30,
@@ -935,7 +895,7 @@ def _reconcile_one(sandbox: Sandbox, backend, *, dry_run: bool) -> str:
             if not dry_run:
                 _set_state(sandbox, Sandbox.State.RUNNING, failure_reason="", **IN_USE)
                 if state == Sandbox.State.SNAPSHOTTING:  # its processes were stopped
-                    _restart_web_apps(sandbox)
+                    runtime_ready.send(Sandbox, sandbox=sandbox, woke=False)
             return f"{state} with its runtime running: running"
         if state in (*RUNTIME_STATES, *HALF_DONE):
             gone = _state_without_runtime(sandbox, backend, status)

@@ -16,11 +16,13 @@ from apps.selectors import apps_for_selection
 from quor.filestore import CHUNK_SIZE, blob_chunks, blob_put
 from quor.lib.errors import Conflict, InvalidInput, QuorError
 from quor.lib.permissions import check_model_access, check_sandbox_access
-from sandboxes import scheduled, services
+from quor.lib.tasks import send, send_on_commit
+from sandboxes import image, services
 from sandboxes.backends import get_backend
 from sandboxes.backends.base import BackendError
 from sandboxes.managed import sync_managed_area
 from sandboxes.models import AgentEvent, Attachment, Sandbox, Session, Skill
+from sandboxes.signals import session_status_changed
 
 # Kinds the agent runtime may report, and the session status each one leaves behind.
 RUNTIME_EVENT_KINDS = {
@@ -78,7 +80,8 @@ def session_events_append(
         # Stored either way: a viewer who misses it live (Redis down) gets it from the
         # backlog when it reconnects.
         transaction.on_commit(lambda: _publish(session.pk, serialized), robust=True)
-        scheduled.session_turn_ended(session=session, status_to=status_to)
+        if status_to is not None:
+            session_status_changed.send(Session, session=session, status=status_to)
     return stored
 
 
@@ -99,6 +102,9 @@ def session_events_report(*, session: Session, events) -> int:
     if session.status == Session.Status.CANCELLED:
         raise Conflict("The session was cancelled.", code="sessions.cancelled")
     outcome = next((RUNTIME_EVENT_KINDS[k] for k, _ in checked if RUNTIME_EVENT_KINDS[k]), None)
+    Session.objects.filter(pk=session.pk, status=Session.Status.RUNNING).update(
+        agent_seen_at=timezone.now()
+    )
     stored = session_events_append(
         session=session, events=checked, status_from=[Session.Status.RUNNING], status_to=outcome
     )
@@ -121,60 +127,89 @@ def _clean_message(text) -> str:
 def _enqueue_turn(session: Session) -> None:
     """The turn is recorded (pending) either way; if the broker cannot take it now,
     `sessions_requeue_pending` queues it again."""
-    from sandboxes import tasks
-
-    transaction.on_commit(lambda: tasks.run_agent_turn.delay(str(session.pk)), robust=True)
+    send_on_commit("sandboxes.tasks.run_agent_turn", str(session.pk))
 
 
 def sessions_requeue_pending(*, older_than: float = 60) -> int:
     """Queues again the turns of sessions pending for longer than `older_than` seconds:
     their task was lost (the broker was down, or a crash between the commit and the
     enqueue). A turn starts once, however many tasks ask (run_agent_turn is idempotent)."""
-    from sandboxes import tasks
-
     cutoff = timezone.now() - timedelta(seconds=older_than)
     pending = Session.objects.filter(status=Session.Status.PENDING, updated_at__lte=cutoff)
     ids = [str(pk) for pk in pending.values_list("pk", flat=True)]
     for session_id in ids:
-        tasks.run_agent_turn.delay(session_id)
+        send("sandboxes.tasks.run_agent_turn", session_id)
     return len(ids)
 
 
-# A turn's agent is stopped at QUOR_AGENT_TURN_TIMEOUT; past this much more, nobody runs it.
+# While it runs, the agent reports at least every QUOR_AGENT_HEARTBEAT_SECONDS (a
+# heartbeat when it has nothing else to say); a turn whose agent missed this many beats
+# in a row is lost.
+MISSED_HEARTBEATS = 6
+# Starting the agent is one short exec; the turn itself holds no worker.
+AGENT_START_TIMEOUT_SECONDS = 30
+# Turns started before agents sent heartbeats: past their time limit and this much more,
+# nobody runs them.
 LOST_TURN_GRACE_SECONDS = 300
 # A turn whose sandbox has had no runtime for this long cannot be running either.
 LOST_TURN_NO_RUNTIME_SECONDS = 120
 LOST_TURN_MESSAGE = (
-    "This turn was lost: the worker running it stopped (a crash or a restart). "
-    "Send your message again to continue."
+    "This turn was lost: its agent stopped reporting (its sandbox stopped, or it could "
+    "not reach Quor). Send your message again to continue."
 )
+TIMED_OUT_MESSAGE = "The agent ran past its time limit and was stopped."
 
 
-def sessions_fail_lost_turns() -> int:
-    """Ends turns nobody runs any more: their worker died (SIGKILL, a host restart) with
-    the agent, so nothing will end them; a session left `running` would also keep its
-    sandbox from ever going to sleep."""
-    now = timezone.now()
-    past_time_limit = now - timedelta(
-        seconds=settings.QUOR_AGENT_TURN_TIMEOUT + LOST_TURN_GRACE_SECONDS
+def session_agent_heartbeat(*, session: Session) -> None:
+    """The running turn's agent is alive. A session that is not running refuses it, and
+    its agent stops: its turn was ended (cancelled, or found lost) without it."""
+    alive = Session.objects.filter(pk=session.pk, status=Session.Status.RUNNING).update(
+        agent_seen_at=timezone.now()
     )
+    if not alive:
+        raise Conflict("The session is not running.", code="sessions.not_running")
+
+
+def _turn_outcome_if_over(session: Session, turn: AgentEvent, now) -> tuple[str, str] | None:
+    """Why a running turn is over though its agent never said so, if it is."""
+    silent_since = now - timedelta(
+        seconds=MISSED_HEARTBEATS * settings.QUOR_AGENT_HEARTBEAT_SECONDS
+    )
+    if session.agent_seen_at is not None and session.agent_seen_at < silent_since:
+        return "agent.lost", LOST_TURN_MESSAGE
     no_runtime_since = now - timedelta(seconds=LOST_TURN_NO_RUNTIME_SECONDS)
     without_runtime = (Sandbox.State.ABSENT, Sandbox.State.FAILED, Sandbox.State.STOPPED,
                        Sandbox.State.SLEEPING)  # fmt: skip
-    failed = 0
+    if (
+        session.sandbox.state in without_runtime
+        and turn.created_at < no_runtime_since
+        and session.sandbox.updated_at < no_runtime_since
+    ):
+        return "agent.lost", LOST_TURN_MESSAGE
+    time_limit = timedelta(seconds=settings.QUOR_AGENT_TURN_TIMEOUT)
+    if session.agent_seen_at is None:  # no heartbeats to tell a live agent from a lost one
+        if turn.created_at < now - time_limit - timedelta(seconds=LOST_TURN_GRACE_SECONDS):
+            return "agent.lost", LOST_TURN_MESSAGE
+    elif turn.created_at < now - time_limit:
+        return "agent.timeout", TIMED_OUT_MESSAGE
+    return None
+
+
+def sessions_fail_lost_turns() -> int:
+    """Ends the turns no agent will end: its runtime died (the sandbox was stopped, the
+    host restarted) or it stopped reporting, or it ran past its time limit. A session
+    left `running` would also keep its sandbox from ever going to sleep. An agent that
+    may still run is stopped."""
+    now = timezone.now()
+    ended = []
     for session in Session.objects.filter(status=Session.Status.RUNNING).select_related("sandbox"):
         turn = session.events.filter(kind="session_started").order_by("-seq").first()
-        if turn is None:
-            continue
-        lost = turn.created_at < past_time_limit or (
-            session.sandbox.state in without_runtime
-            and turn.created_at < no_runtime_since
-            and session.sandbox.updated_at < no_runtime_since
-        )
-        if lost:
-            _fail(session, turn.seq, "agent.lost", LOST_TURN_MESSAGE)
-            failed += 1
-    return failed
+        outcome = turn and _turn_outcome_if_over(session, turn, now)
+        if outcome and _fail(session, turn.seq, *outcome):
+            ended.append(session)
+    for session in ended:
+        services.stop_agent_process(session=session)
+    return len(ended)
 
 
 def _check_attachments(attachments) -> None:
@@ -284,16 +319,10 @@ def session_cancel(*, user, session: Session) -> Session:
         if not updated:
             raise Conflict("The session is not running.", code="sessions.not_running")
         session_events_append(session=session, events=[("cancelled", {"by": user.email})])
-        scheduled.session_turn_ended(session=session, status_to=Session.Status.CANCELLED)
-        from approvals.services import approvals_expire_for_session  # imports this module
-
-        approvals_expire_for_session(session)
+        session_status_changed.send(Session, session=session, status=Session.Status.CANCELLED)
     services.stop_agent_process(session=session)
     session.refresh_from_db()
     return session
-
-
-AGENT = ["python3", "/opt/quor/agent.py"]
 
 
 def agents_md(session: Session) -> str:
@@ -355,38 +384,42 @@ def _latest_user_message(session: Session) -> str:
     return event.payload["text"]
 
 
-def _end_turn(session: Session, turn_started_seq: int, status, events=()) -> None:
+def _end_turn(session: Session, turn_started_seq: int, status, events=()) -> bool:
     """Ends this turn, unless the runtime already did or a newer turn has started (a
-    follow-up may start the next turn before this task has finished)."""
+    follow-up may start the next turn before this task has finished). True if it did."""
     with transaction.atomic():
         current = Session.objects.select_for_update().get(pk=session.pk)
         newer = session.events.filter(kind="session_started", seq__gt=turn_started_seq)
         if current.status != Session.Status.RUNNING or newer.exists():
-            return
+            return False
         session_events_append(
             session=session, events=list(events),
             status_from=[Session.Status.RUNNING], status_to=status,
         )  # fmt: skip
+    return True
 
 
-def _fail(session: Session, turn_started_seq: int, code: str, message: str) -> None:
-    _end_turn(
+def _fail(session: Session, turn_started_seq: int, code: str, message: str) -> bool:
+    return _end_turn(
         session, turn_started_seq, Session.Status.FAILED,
         [("error", {"code": code, "message": message})],
     )  # fmt: skip
 
 
 def session_run_turn(*, session_id) -> None:
-    """Runs the agent on the session's newest message, in the user's sandbox, as the
-    sandbox user. Idempotent: only a pending session starts a turn."""
+    """Starts the agent on the session's newest message, in the user's sandbox, as the
+    sandbox user, and returns: the agent ends the turn with its own events, and
+    `sessions_fail_lost_turns` ends a turn whose agent stopped reporting. No worker waits
+    for a turn. Idempotent: only a pending session starts a turn."""
     session = Session.objects.select_related("sandbox", "model_provider", "owner").get(
         pk=session_id
     )
     provider = session.model_provider
     started_payload = {"model": session.model_name, "provider": provider.display_name}
     with transaction.atomic():  # the turn starts with its event, or not at all
+        now = timezone.now()
         started = Session.objects.filter(pk=session.pk, status=Session.Status.PENDING).update(
-            status=Session.Status.RUNNING, updated_at=timezone.now()
+            status=Session.Status.RUNNING, updated_at=now, agent_seen_at=now
         )
         if not started:
             return
@@ -406,9 +439,11 @@ def session_run_turn(*, session_id) -> None:
         ):
             data = content.encode()
             backend.write_file(sandbox_id, workspace, name, [data], len(data))
-        result = backend.exec(
+        started = backend.exec(
             sandbox_id,
-            [*AGENT, "--session-id", str(session.pk), "--session-dir", workspace],
+            image.start_agent_argv(
+                str(session.pk), workspace, time_limit_s=settings.QUOR_AGENT_TURN_TIMEOUT
+            ),
             cwd=workspace,
             env={
                 **services.session_proxy_environment(session),
@@ -416,11 +451,12 @@ def session_run_turn(*, session_id) -> None:
                 "QUOR_MODEL_BASE_URL": provider.effective_base_url,
                 "QUOR_MODEL_NAME": session.model_name,
                 "QUOR_MAX_STEPS": str(settings.QUOR_AGENT_MAX_STEPS),
+                "QUOR_HEARTBEAT_INTERVAL": str(settings.QUOR_AGENT_HEARTBEAT_SECONDS),
                 **app_token_placeholders(session),
                 # A command may wait for the user's approval of one of its requests.
                 "QUOR_COMMAND_TIMEOUT": str(max(120, settings.QUOR_APPROVAL_TIMEOUT_SECONDS + 60)),
             },
-            timeout_s=settings.QUOR_AGENT_TURN_TIMEOUT,
+            timeout_s=AGENT_START_TIMEOUT_SECONDS,
             output_limit=64 * 1024,
         )
     except services.WorkspaceUnrestorable as exc:
@@ -434,12 +470,6 @@ def session_run_turn(*, session_id) -> None:
             f"The sandbox could not run the agent: {exc}",
         )
         return
-    # The runtime normally ended the turn itself (turn_finished or error); these apply
-    # only if the session is still running this very turn.
-    if result.timed_out:
-        _fail(session, turn, "agent.timeout", "The agent ran past its time limit and was stopped.")
-    elif result.exit_code != 0:
-        detail = result.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        _fail(session, turn, "agent.crashed", f"The agent stopped unexpectedly: {detail[0]}")
-    else:
-        _end_turn(session, turn, Session.Status.WAITING)
+    if started.exit_code != 0:
+        detail = started.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        _fail(session, turn, "agent.crashed", f"The agent could not be started: {detail[0]}")

@@ -241,7 +241,7 @@ class EgressProxyProcess:
         from sandboxes.backends.docker import DockerBackend
 
         self.env = env
-        self.address = DockerBackend().prepare_network(), settings.QUOR_EGRESS_PROXY_PORT
+        self.address = DockerBackend().egress_proxy_address(), settings.QUOR_EGRESS_PROXY_PORT
         self.process = None
 
     def start(self):

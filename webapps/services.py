@@ -12,9 +12,13 @@ from django.core import signing
 from django.db import transaction
 
 from quor.lib.errors import InvalidInput, NotFound
+from quor.lib.tasks import send_on_commit
+from sandboxes import image
 from sandboxes.backends import get_backend
 from sandboxes.backends.base import BackendError
 from sandboxes.models import Sandbox, Session
+from sandboxes.services import sandbox_touch, session_proxy_environment, session_workspace
+from sandboxes.sessions import app_token_placeholders, session_events_append
 from webapps.models import WebApp
 
 logger = logging.getLogger(__name__)
@@ -27,9 +31,6 @@ VIEWER_COOKIE = "quor_webapp"
 MAX_COMMAND_CHARS = 2000
 # Opening an app of a sandbox in these states wakes it (a sleep under way ends first).
 WAKING_STATES = (Sandbox.State.SNAPSHOTTING, Sandbox.State.SLEEPING, Sandbox.State.RESTORING)
-# How a restarted server is started: as the agent's tool did, in a session of its own,
-# its output appended to the app's log.
-RESTART_SCRIPT = 'setsid bash -lc "$1" >>"$2" 2>&1 </dev/null & exit 0'
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,6 @@ def label_for_host(host_header: str) -> str | None:
 
 def webapp_register(*, session: Session, port, command) -> WebApp:
     """The agent started a server on `port`: record it (again) as running and tell viewers."""
-    from sandboxes.sessions import session_events_append  # sessions imports webapps' caller
 
     if not isinstance(port, int) or isinstance(port, bool) or not 1024 <= port <= 65535:
         raise InvalidInput("port must be a number from 1024 to 65535.", code="webapps.invalid_port")
@@ -230,39 +230,30 @@ def upstream_address(webapp: WebApp) -> tuple[str, int] | None:
 def webapp_opened(webapp: WebApp) -> bool:
     """A viewer is using the app: that is activity on its sandbox, and a sleeping
     sandbox wakes up. True while it is waking."""
-    from sandboxes import services as sandboxes
-    from sandboxes import tasks
-
     sandbox = webapp.session.sandbox
     if sandbox.state in WAKING_STATES:
-        transaction.on_commit(lambda: tasks.ensure_sandbox.delay(str(sandbox.pk)), robust=True)
+        send_on_commit("sandboxes.tasks.ensure_sandbox", str(sandbox.pk))
         return True
-    sandboxes.sandbox_touch(sandbox.pk)
+    sandbox_touch(sandbox.pk)
     return False
-
-
-def _log_name(webapp: WebApp) -> str:
-    return f".quor/webapp-{webapp.port}.log"  # where the agent's tool writes it
 
 
 def webapps_restart(sandbox: Sandbox) -> list[WebApp]:
     """After a wake: every running web app's command again, in its session's directory,
     with the session's proxy identity. A command that fails to start is logged; its app
     then answers 502 until the agent starts it again."""
-    from sandboxes import services as sandboxes
-    from sandboxes.sessions import app_token_placeholders
 
     backend = get_backend(sandbox.backend)
     webapps = WebApp.objects.filter(session__sandbox=sandbox, status=WebApp.Status.RUNNING)
     for webapp in webapps.select_related("session"):
         session = webapp.session
-        argv = ["bash", "-c", RESTART_SCRIPT, "bash", webapp.command, _log_name(webapp)]
-        env = {**sandboxes.session_proxy_environment(session), **app_token_placeholders(session)}
+        argv = image.restart_web_app_argv(webapp.command, webapp.port)
+        env = {**session_proxy_environment(session), **app_token_placeholders(session)}
         try:
             result = backend.exec(
                 str(sandbox.pk),
                 argv,
-                cwd=sandboxes.session_workspace(session),
+                cwd=session_workspace(session),
                 env=env,
                 timeout_s=30,
                 output_limit=4096,

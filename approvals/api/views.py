@@ -6,6 +6,7 @@ from rest_framework.views import APIView
 from approvals import services
 from approvals.api.serializers import ApprovalSerializer, DecisionSerializer
 from quor.lib.errors import NotFound
+from quor.lib.pagination import NEWEST_FIRST, CursorPagination
 from sandboxes import services as sandbox_services
 from sandboxes.selectors import is_uuid
 
@@ -13,12 +14,15 @@ STATUS = OpenApiParameter("status", OpenApiTypes.STR, OpenApiParameter.QUERY)
 
 
 class SessionApprovalsView(APIView):
+    pagination_class = CursorPagination
+
     @extend_schema(parameters=[STATUS], responses=ApprovalSerializer(many=True))
     def get(self, request, session_id):
-        """The session's approval requests, newest first."""
+        """The session's approval requests, newest first (paginated)."""
+        pages = CursorPagination(request, ordering=NEWEST_FIRST)
         session = sandbox_services.session_in_use(request.user, session_id)
         approvals = services.approvals_of_session(session, status=request.GET.get("status"))
-        return Response([services.approval_payload(a) for a in approvals])
+        return pages.response(approvals, lambda page: [services.approval_payload(a) for a in page])
 
 
 class ApprovalDecisionView(APIView):

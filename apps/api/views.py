@@ -23,6 +23,7 @@ from apps.api.serializers import (
 )
 from apps.catalog import load_catalog
 from apps.models import App, AppCredential
+from quor.lib.pagination import CursorPagination, ListPagination
 from quor.lib.permissions import check_organization_admin, get_active_membership
 
 APP_ID = OpenApiParameter("id", OpenApiTypes.INT, OpenApiParameter.PATH)
@@ -47,28 +48,39 @@ def _app_data(user, apps):
 
 class AppCatalogView(APIView):
     """The built-in Apps an organization admin can add, with their actions and
-    default policies."""
+    default policies, by key (paginated)."""
+
+    pagination_class = CursorPagination
 
     @extend_schema(responses=CatalogAppSerializer(many=True))
     def get(self, request):
+        pages = ListPagination(request)
         membership = get_active_membership(request.user)
         added = dict(
             App.objects.filter(organization=membership.organization)
             .exclude(catalog_key="")
             .values_list("catalog_key", "pk")
         )
-        entries = list(load_catalog().values())
-        return Response(CatalogAppSerializer(entries, many=True, context={"added": added}).data)
+        return pages.response(
+            load_catalog().values(),
+            key=lambda entry: (entry.key,),
+            serialize=lambda page: (
+                CatalogAppSerializer(page, many=True, context={"added": added}).data
+            ),
+        )
 
 
 class AppViewSet(viewsets.ViewSet):
     serializer_class = AppSerializer
+    pagination_class = CursorPagination
     lookup_value_regex = r"\d+"
 
     def list(self, request):
-        """The organization's Apps (disabled ones only for organization admins)."""
+        """The organization's Apps (disabled ones only for organization admins), oldest
+        first (paginated)."""
+        pages = CursorPagination(request, ordering=("id",))
         apps = services.apps_visible_to(request.user).prefetch_related("actions")
-        return Response(_app_data(request.user, apps))
+        return pages.response(apps, lambda page: _app_data(request.user, page))
 
     @extend_schema(parameters=[APP_ID])
     def retrieve(self, request, pk=None):

@@ -13,6 +13,7 @@ from quor.api.serializers import (
     ModelSerializer,
 )
 from quor.lib.errors import NotFound
+from quor.lib.pagination import NEWEST_FIRST, CursorPagination, ListPagination
 from quor.lib.permissions import check_organization_admin, get_active_membership
 from quor.models import ModelProvider
 
@@ -38,12 +39,16 @@ class ModelProviderViewSet(viewsets.ViewSet):
     """Organization admins manage their organization's model providers."""
 
     serializer_class = ModelProviderSerializer
+    pagination_class = CursorPagination
     lookup_value_regex = r"\d+"
 
     def list(self, request):
+        """Organization admins: the organization's model providers, oldest first
+        (paginated)."""
+        pages = CursorPagination(request, ordering=("id",))
         membership = check_organization_admin(request.user)
         providers = ModelProvider.objects.filter(organization=membership.organization)
-        return Response(ModelProviderSerializer(providers, many=True).data)
+        return pages.response(providers, lambda page: ModelProviderSerializer(page, many=True).data)
 
     def retrieve(self, request, pk=None):
         provider = get_model_provider_for_admin(request.user, pk)
@@ -72,21 +77,35 @@ class ModelProviderViewSet(viewsets.ViewSet):
 
 
 class ModelListView(APIView):
-    """The models the requesting member may choose for a session."""
+    """The models the requesting member may choose for a session, by provider id, then
+    model name (paginated)."""
+
+    pagination_class = CursorPagination
 
     @extend_schema(responses=ModelSerializer(many=True))
     def get(self, request):
+        pages = ListPagination(request)
         membership = get_active_membership(request.user)
         choices = selectors.models_available_to(request.user, membership.organization)
-        return Response(ModelSerializer(choices, many=True).data)
+        return pages.response(
+            choices,
+            key=lambda choice: (choice.provider.pk, choice.name),
+            serialize=lambda page: ModelSerializer(page, many=True).data,
+        )
 
 
 class ApiTokenViewSet(viewsets.ViewSet):
     serializer_class = ApiTokenSerializer
+    pagination_class = CursorPagination
     lookup_value_regex = r"\d+"
 
     def list(self, request):
-        return Response(ApiTokenSerializer(request.user.api_tokens.all(), many=True).data)
+        """The user's tokens, revoked ones too, newest first (paginated)."""
+        pages = CursorPagination(request, ordering=NEWEST_FIRST)
+        return pages.response(
+            request.user.api_tokens.all(),
+            lambda page: ApiTokenSerializer(page, many=True).data,
+        )
 
     def retrieve(self, request, pk=None):
         token = request.user.api_tokens.filter(pk=pk).first()

@@ -12,6 +12,7 @@ from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from quor.lib.pagination import CursorPagination
 from quor.lib.serializers import StrictSerializer
 from quor.selectors import make_model_id
 from sandboxes import scheduled
@@ -100,11 +101,14 @@ class ScheduledTaskViewSet(viewsets.ViewSet):
     cron schedule, with nobody present."""
 
     serializer_class = ScheduledTaskSerializer
+    pagination_class = CursorPagination
     lookup_value_regex = r"\d+"
 
     def list(self, request):
+        """The requesting user's scheduled tasks, oldest first (paginated)."""
+        pages = CursorPagination(request, ordering=("id",))
         tasks = scheduled.scheduled_tasks_of(request.user)
-        return Response(ScheduledTaskSerializer(tasks, many=True).data)
+        return pages.response(tasks, lambda page: ScheduledTaskSerializer(page, many=True).data)
 
     def retrieve(self, request, pk=None):
         task = scheduled.get_scheduled_task_for_user(request.user, pk)
@@ -140,9 +144,12 @@ class ScheduledTaskViewSet(viewsets.ViewSet):
     @extend_schema(parameters=[TASK_ID], responses=ScheduledRunSerializer(many=True))
     @action(detail=True, methods=["get"])
     def runs(self, request, pk=None):
-        """The task's runs, newest first (at most 100)."""
+        """The task's runs, newest first (paginated)."""
+        pages = CursorPagination(request, ordering=("-scheduled_for", "-id"))
         task = scheduled.get_scheduled_task_for_user(request.user, pk)
-        return Response(ScheduledRunSerializer(scheduled.runs_of(task), many=True).data)
+        return pages.response(
+            task.runs.all(), lambda page: ScheduledRunSerializer(page, many=True).data
+        )
 
     @extend_schema(parameters=[TASK_ID], request=None, responses={201: ScheduledRunSerializer})
     @action(detail=True, methods=["post"])

@@ -99,6 +99,11 @@ class FileEntrySerializer(serializers.Serializer):
     modified = serializers.FloatField(help_text="Seconds since the epoch.")
 
 
+class FileListingSerializer(serializers.Serializer):
+    results = FileEntrySerializer(many=True, help_text="By name, at most QUOR_FILES_LIST_LIMIT.")
+    truncated = serializers.BooleanField(help_text="The directory has more entries than these.")
+
+
 class RuntimeIdentitySerializer(serializers.Serializer):
     sandbox = serializers.UUIDField()
     user = serializers.EmailField()
@@ -132,6 +137,14 @@ class AgentEventSerializer(serializers.Serializer):
     kind = serializers.CharField()
     payload = serializers.JSONField()
     created_at = serializers.DateTimeField()
+
+
+class AgentEventPageSerializer(serializers.Serializer):
+    """Events after `after`, in order; `next` asks for the following ones (null: caught up)."""
+
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True, help_text="Always null: events go forward.")
+    results = AgentEventSerializer(many=True)
 
 
 class RuntimeEventsSerializer(StrictSerializer):

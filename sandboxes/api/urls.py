@@ -18,6 +18,11 @@ urlpatterns = [
         name="api-runtime-session-events",
     ),
     path(
+        "runtime/sessions/<str:session_id>/heartbeat/",
+        views.RuntimeSessionHeartbeatView.as_view(),
+        name="api-runtime-session-heartbeat",
+    ),
+    path(
         "runtime/sessions/<str:session_id>/webapps/",
         views.RuntimeSessionWebAppsView.as_view(),
         name="api-runtime-session-webapps",

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
@@ -6,17 +7,21 @@ from rest_framework.decorators import action
 from rest_framework.parsers import BaseParser, JSONParser, MultiPartParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from quor.lib.errors import InvalidInput, NotFound, QuorError
+from quor.lib.pagination import NEWEST_FIRST, CursorPagination, page_size_from
 from sandboxes import library, selectors, services, sessions
 from sandboxes.api.authentication import SandboxCredentialAuthentication
 from sandboxes.api.serializers import (
     REFUSED_SANDBOX_OPTIONS,
+    AgentEventPageSerializer,
     AgentEventSerializer,
     ExecRequestSerializer,
     ExecResultSerializer,
     FileEntrySerializer,
+    FileListingSerializer,
     LibraryFileSerializer,
     MessageSerializer,
     RuntimeEventsSerializer,
@@ -30,6 +35,7 @@ from sandboxes.api.serializers import (
     StartEmptySerializer,
     WebAppSerializer,
 )
+from sandboxes.models import Session
 from sandboxes.selectors import is_uuid
 from webapps import services as webapp_services
 
@@ -42,16 +48,24 @@ PREVIEWABLE_IMAGES = {
     "webp": "image/webp",
 }
 SESSION_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH)
+# Most events one GET /api/v1/sessions/{id}/events/ returns (the rest: its `next` link).
+EVENTS_PER_PAGE = 1000
 PATH = OpenApiParameter("path", OpenApiTypes.STR, OpenApiParameter.QUERY)
 
 
 @extend_schema_view(retrieve=extend_schema(parameters=[SESSION_ID]))
 class SessionViewSet(viewsets.ViewSet):
     serializer_class = SessionSerializer
+    pagination_class = CursorPagination
     parser_classes = [JSONParser, MultiPartParser]  # multipart: a new session's attachments
 
     def list(self, request):
-        return Response(SessionSerializer(selectors.sessions_of(request.user), many=True).data)
+        """The user's sessions, newest first (paginated)."""
+        pages = CursorPagination(request, ordering=NEWEST_FIRST)
+        return pages.response(
+            selectors.sessions_of(request.user),
+            lambda page: SessionSerializer(page, many=True).data,
+        )
 
     def retrieve(self, request, pk=None):
         session = services.session_in_use(request.user, pk)
@@ -89,9 +103,13 @@ class SessionViewSet(viewsets.ViewSet):
     @extend_schema(parameters=[SESSION_ID], responses=WebAppSerializer(many=True))
     @action(detail=True, methods=["get"])
     def webapps(self, request, pk=None):
-        """The web apps the agent started in this session (owner only)."""
+        """The web apps the agent started in this session (owner only), by port
+        (paginated)."""
+        pages = CursorPagination(request, ordering=("port",))
         session = services.session_in_use(request.user, pk)
-        return Response([webapp_services.webapp_payload(w) for w in session.webapps.all()])
+        return pages.response(
+            session.webapps.all(), lambda page: [webapp_services.webapp_payload(w) for w in page]
+        )
 
     @extend_schema(
         parameters=[SESSION_ID], request=MessageSerializer, responses={202: SessionSerializer}
@@ -118,16 +136,29 @@ class SessionViewSet(viewsets.ViewSet):
         parameters=[
             SESSION_ID,
             OpenApiParameter("after", OpenApiTypes.INT, OpenApiParameter.QUERY),
+            OpenApiParameter(
+                "page_size",
+                OpenApiTypes.INT,
+                OpenApiParameter.QUERY,
+                description=f"Events per call (default and most: {EVENTS_PER_PAGE}).",
+            ),
         ],
-        responses=AgentEventSerializer(many=True),
+        responses=AgentEventPageSerializer,
+        operation_id="v1_sessions_events_list",
     )
     @action(detail=True, methods=["get"])
     def events(self, request, pk=None):
-        """The session's events after seq `after`, in order (at most 1000 per call)."""
-        session = services.session_in_use(request.user, pk)
+        """The session's events after seq `after`, in order, at most `page_size` per call.
+        `next` is the same request `after` the last seq returned, null once caught up."""
         after = _non_negative_int(request.query_params.get("after", "0"), "after")
-        events = selectors.events_after(session, after)
-        return Response(AgentEventSerializer(events, many=True).data)
+        size = page_size_from(request, default=EVENTS_PER_PAGE, maximum=EVENTS_PER_PAGE)
+        session = services.session_in_use(request.user, pk)
+        events = selectors.events_after(session, after, limit=size + 1)
+        page, following = events[:size], None
+        if len(events) > size:
+            following = replace_query_param(request.build_absolute_uri(), "after", page[-1].seq)
+        results = AgentEventSerializer(page, many=True).data
+        return Response({"next": following, "previous": None, "results": results})
 
 
 class MySandboxView(APIView):
@@ -190,13 +221,21 @@ class SessionExecView(APIView):
 
 
 class SessionFilesView(APIView):
-    @extend_schema(parameters=[SESSION_ID, PATH], responses=FileEntrySerializer(many=True))
+    @extend_schema(
+        parameters=[SESSION_ID, PATH],
+        responses=FileListingSerializer,
+        operation_id="v1_sessions_files_list",
+    )
     def get(self, request, session_id):
+        """The directory's entries by name, at most QUOR_FILES_LIST_LIMIT; `truncated`
+        says there are more (list a subdirectory, or use exec, to see them)."""
         session = services.session_in_use(request.user, session_id)
         entries = services.session_files_list(
             session=session, path=request.query_params.get("path", "")
         )
-        return Response(FileEntrySerializer(entries, many=True).data)
+        limit = settings.QUOR_FILES_LIST_LIMIT
+        results = FileEntrySerializer(entries[:limit], many=True).data
+        return Response({"results": results, "truncated": len(entries) > limit})
 
 
 class RawBodyParser(BaseParser):
@@ -291,6 +330,15 @@ def _non_negative_int(value: str, name: str) -> int:
     return int(value)
 
 
+def _runtime_session(request, session_id: str) -> Session:
+    """The session, if it is one of the calling sandbox's."""
+    sandbox = request.auth
+    session = sandbox.sessions.filter(pk=session_id).first() if is_uuid(session_id) else None
+    if session is None:
+        raise NotFound("No such session in this sandbox.")
+    return session
+
+
 class RuntimeSessionEventsView(APIView):
     """Sandbox-facing: the agent runtime reports its events here."""
 
@@ -299,16 +347,27 @@ class RuntimeSessionEventsView(APIView):
 
     @extend_schema(parameters=[SESSION_ID], request=RuntimeEventsSerializer, responses=None)
     def post(self, request, session_id):
-        sandbox = request.auth
-        session = sandbox.sessions.filter(pk=session_id).first() if is_uuid(session_id) else None
-        if session is None:
-            raise NotFound("No such session in this sandbox.")
+        session = _runtime_session(request, session_id)
         serializer = RuntimeEventsSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         last_seq = sessions.session_events_report(
             session=session, events=serializer.validated_data["events"]
         )
         return Response({"last_seq": last_seq})
+
+
+class RuntimeSessionHeartbeatView(APIView):
+    """Sandbox-facing: the agent runtime says it is still working on the session's turn
+    (409 `sessions.not_running` once the turn has ended: the agent then stops)."""
+
+    authentication_classes = [SandboxCredentialAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(parameters=[SESSION_ID], request=None, responses={204: None})
+    def post(self, request, session_id):
+        session = _runtime_session(request, session_id)
+        sessions.session_agent_heartbeat(session=session)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class RuntimeSessionWebAppsView(APIView):
@@ -321,10 +380,7 @@ class RuntimeSessionWebAppsView(APIView):
         parameters=[SESSION_ID], request=RuntimeWebAppSerializer, responses={201: WebAppSerializer}
     )
     def post(self, request, session_id):
-        sandbox = request.auth
-        session = sandbox.sessions.filter(pk=session_id).first() if is_uuid(session_id) else None
-        if session is None:
-            raise NotFound("No such session in this sandbox.")
+        session = _runtime_session(request, session_id)
         serializer = RuntimeWebAppSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         webapp = webapp_services.webapp_register(session=session, **serializer.validated_data)
@@ -335,11 +391,14 @@ class LibraryView(APIView):
     """The user's library: files available in every session (in `library/`)."""
 
     parser_classes = [RawBodyParser]
+    pagination_class = CursorPagination
 
     @extend_schema(responses=LibraryFileSerializer(many=True))
     def get(self, request):
+        """The user's library files, by path (paginated)."""
+        pages = CursorPagination(request, ordering=("path",))
         items = request.user.library_files.select_related("blob")
-        return Response(LibraryFileSerializer(items, many=True).data)
+        return pages.response(items, lambda page: LibraryFileSerializer(page, many=True).data)
 
     @extend_schema(
         parameters=[PATH],

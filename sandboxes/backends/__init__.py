@@ -7,6 +7,7 @@ from sandboxes.backends.base import SandboxBackend
 
 BACKENDS = {
     "docker": "sandboxes.backends.docker.DockerBackend",
+    "memory": "sandboxes.backends.memory.MemoryBackend",  # tests only (quor.E006)
 }
 
 

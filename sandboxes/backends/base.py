@@ -1,6 +1,9 @@
 """The interface every sandbox backend implements, and the data it exchanges.
 
-Callers outside sandboxes/backends/ use only this module's types, never an SDK.
+Callers outside sandboxes/backends/ use only this module's types, never an SDK. What
+every backend does the same way lives once beside it: a command's time and output limits
+(execution.py) and moving a workspace in and out as the sandbox user (transfer.py).
+tests/sandboxes/backends/test_contract.py states what every backend must do.
 """
 
 import json
@@ -81,6 +84,11 @@ def validate_spec(spec: SandboxSpec) -> None:
 
 @dataclass(frozen=True)
 class RuntimeStatus:
+    """A sandbox's runtime as its backend sees it. `network_address` is the sandbox's own
+    address while it runs: the egress proxy sees the sandbox's traffic come from it (and
+    knows the sandbox by it), and Quor reaches the sandbox's web apps and workspace
+    transfers at it. Empty when the runtime does not run."""
+
     exists: bool
     running: bool = False
     runtime_id: str = ""
@@ -110,15 +118,20 @@ class ExecResult:
 
 
 class SandboxBackend:
+    """A place where sandboxes run: each sandbox has at most one runtime (where its
+    commands run, as the sandbox user, behind its firewall) and one workspace (its files
+    at WORKSPACE, kept while the runtime is stopped or replaced). Everything is keyed by
+    the sandbox id and scoped to this deployment."""
+
     name = ""
 
     def ping(self) -> None:
         """Raises BackendUnavailable when the runtime cannot be reached."""
         raise NotImplementedError
 
-    def prepare_network(self) -> str:
-        """Creates the sandboxes' network if needed; returns the host's address on it,
-        where the egress proxy listens."""
+    def egress_proxy_address(self) -> str:
+        """The address at which this backend's sandboxes reach the egress proxy (the proxy
+        listens there); sets up whatever the backend needs for that first."""
         raise NotImplementedError
 
     def image_ref(self, image: str) -> str:
@@ -139,13 +152,15 @@ class SandboxBackend:
         raise NotImplementedError
 
     def status(self, sandbox_id: str) -> RuntimeStatus:
+        """`exists=False` if the sandbox has no runtime."""
         raise NotImplementedError
 
     def list_instances(self) -> list[RuntimeInstance]:
+        """This deployment's runtimes, running or stopped."""
         raise NotImplementedError
 
     def list_workspaces(self) -> list[str]:
-        """Sandbox ids of the workspaces (volumes) carrying this deployment's labels."""
+        """Sandbox ids of this deployment's workspaces, whether or not a runtime uses them."""
         raise NotImplementedError
 
     def workspace_exists(self, sandbox_id: str) -> bool:
@@ -162,7 +177,9 @@ class SandboxBackend:
         output_limit: int,
         stdin: Iterable[bytes] | None = None,
     ) -> ExecResult:
-        """Runs argv (no shell) as the sandbox user, bounded in time and output."""
+        """Runs argv (no shell) as the sandbox user, bounded in time and output: killed with
+        its children after `timeout_s` (timed_out), at most `output_limit` bytes kept of
+        stdout and of stderr (truncated). Raises RuntimeMissing if no runtime runs."""
         raise NotImplementedError
 
     def exec_stream(self, sandbox_id: str, argv: list[str], *, cwd: str) -> Iterator[bytes]:

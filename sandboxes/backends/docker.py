@@ -4,11 +4,15 @@ One container per sandbox, labelled with the sandbox id and the deployment; the
 workspace on a named volume; no capabilities but the four the entrypoint needs to
 install its firewall and drop to the sandbox user (it drops them all before any
 user code runs); read-only root filesystem; no host paths, no Docker socket.
+
+Only Docker's side is here: starting a command (exec_create, exec_start on a hijacked
+socket, output in Docker's frames, the exit code from exec_inspect) and Docker's own
+archive. What a command's limits mean and how a workspace is transferred are shared by
+every backend (execution.py, transfer.py).
 """
 
 import contextlib
 import ipaddress
-import secrets
 import socket
 import struct
 import time
@@ -19,6 +23,7 @@ from django.conf import settings
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import Mount
 
+from sandboxes.backends import transfer
 from sandboxes.backends.base import (
     SANDBOX_UID,
     WORKSPACE,
@@ -30,9 +35,9 @@ from sandboxes.backends.base import (
     RuntimeStatus,
     SandboxBackend,
     SandboxSpec,
-    UnreadableFiles,
     validate_spec,
 )
+from sandboxes.backends.execution import Execution, Start, run_bounded, stream_stdout
 
 LABEL_SANDBOX = "org.quor.sandbox-id"
 LABEL_DEPLOYMENT = "org.quor.deployment"
@@ -40,13 +45,19 @@ FIREWALL_CAPABILITIES = ["NET_ADMIN", "SETUID", "SETGID", "SETPCAP"]
 READY_MARKER = "/run/quor/firewall-ready"
 READY_TIMEOUT_S = 20
 USER = f"{SANDBOX_UID}:{SANDBOX_UID}"
-TIMEOUT_EXIT = 124
-KILLED_EXIT = 137
+# Still importable from here: tests start the transfer scripts as this backend does.
+RECEIVE_AND_UNPACK = transfer.RECEIVE_AND_UNPACK
+SEND_ARCHIVE = transfer.SEND_ARCHIVE
+_first_line = transfer.first_line
 
 
 def sandbox_network_gateway() -> str:
     """The host's address on the sandbox bridge: where the egress proxy listens."""
     return str(next(ipaddress.ip_network(settings.QUOR_SANDBOX_SUBNET).hosts()))
+
+
+def _unreachable(exc: Exception) -> BackendUnavailable:
+    return BackendUnavailable(f"Docker Engine is not reachable: {exc}")
 
 
 class DockerBackend(SandboxBackend):
@@ -56,7 +67,7 @@ class DockerBackend(SandboxBackend):
         try:
             self.client = docker.from_env(timeout=timeout)
         except DockerException as exc:
-            raise BackendUnavailable(f"Docker Engine is not reachable: {exc}") from exc
+            raise _unreachable(exc) from exc
         self.api = self.client.api
         self.deployment = settings.QUOR_DEPLOYMENT
 
@@ -81,9 +92,10 @@ class DockerBackend(SandboxBackend):
         try:
             self.api.ping()
         except DockerException as exc:
-            raise BackendUnavailable(f"Docker Engine is not reachable: {exc}") from exc
+            raise _unreachable(exc) from exc
 
-    def prepare_network(self) -> str:
+    def egress_proxy_address(self) -> str:
+        """The host's address on the sandboxes' bridge (created if missing)."""
         self.ensure_network()
         return sandbox_network_gateway()
 
@@ -124,7 +136,7 @@ class DockerBackend(SandboxBackend):
         except NotFound:
             raise RuntimeMissing(f"no container for sandbox {sandbox_id}") from None
         except DockerException as exc:
-            raise BackendUnavailable(f"Docker Engine is not reachable: {exc}") from exc
+            raise _unreachable(exc) from exc
 
     def _create_kwargs(self, spec: SandboxSpec) -> dict:
         gateway = sandbox_network_gateway()
@@ -261,7 +273,7 @@ class DockerBackend(SandboxBackend):
                 all=True, filters={"label": f"{LABEL_DEPLOYMENT}={self.deployment}"}
             )
         except DockerException as exc:
-            raise BackendUnavailable(f"Docker Engine is not reachable: {exc}") from exc
+            raise _unreachable(exc) from exc
         return [
             RuntimeInstance(
                 sandbox_id=c.labels.get(LABEL_SANDBOX, ""),
@@ -277,7 +289,7 @@ class DockerBackend(SandboxBackend):
                 filters={"label": f"{LABEL_DEPLOYMENT}={self.deployment}"}
             )
         except DockerException as exc:
-            raise BackendUnavailable(f"Docker Engine is not reachable: {exc}") from exc
+            raise _unreachable(exc) from exc
         return [v.attrs.get("Labels", {}).get(LABEL_SANDBOX, "") for v in volumes]
 
     def workspace_exists(self, sandbox_id: str) -> bool:
@@ -286,7 +298,7 @@ class DockerBackend(SandboxBackend):
         except NotFound:
             return False
         except DockerException as exc:
-            raise BackendUnavailable(f"Docker Engine is not reachable: {exc}") from exc
+            raise _unreachable(exc) from exc
         return True
 
     # --- exec ------------------------------------------------------------------------
@@ -313,39 +325,24 @@ class DockerBackend(SandboxBackend):
         output_limit: int = 1 << 20,
         stdin: Iterable[bytes] | None = None,
     ) -> ExecResult:
-        # coreutils `timeout` signals the whole process group, so children die too.
-        wrapped = ["timeout", "--kill-after=2", f"{timeout_s:g}s", *argv]
-        started = time.monotonic()
-        exec_id, sock = self._start_exec(container_id, wrapped, cwd, env or {}, stdin is not None)
-        try:
-            if stdin is not None:
-                for chunk in stdin:
-                    sock.sendall(chunk)
-                sock.shutdown(socket.SHUT_WR)
-            sock.settimeout(timeout_s + 10)
-            buffers = {1: bytearray(), 2: bytearray()}
-            truncated = {1: False, 2: False}
-            for stream_id, data in _frames(sock):
-                buffer = buffers.get(stream_id)
-                if buffer is None:
-                    continue
-                room = output_limit - len(buffer)
-                if len(data) > room:
-                    truncated[stream_id] = True
-                buffer.extend(data[: max(room, 0)])
-        finally:
-            sock.close()
-        exit_code = self._exit_code(exec_id)
-        duration = time.monotonic() - started
-        return ExecResult(
-            exit_code=exit_code,
-            stdout=bytes(buffers[1]),
-            stderr=bytes(buffers[2]),
-            stdout_truncated=truncated[1],
-            stderr_truncated=truncated[2],
-            timed_out=exit_code in (TIMEOUT_EXIT, KILLED_EXIT) and duration >= timeout_s,
-            duration_s=duration,
+        return run_bounded(
+            self._starter(container_id),
+            argv,
+            cwd=cwd,
+            env=env or {},
+            timeout_s=timeout_s,
+            output_limit=output_limit,
+            stdin=stdin,
         )
+
+    def _starter(self, container_id: str) -> Start:
+        """Starts commands in the container (execution.Start)."""
+
+        def start(argv, *, cwd, env, stdin) -> Execution:
+            exec_id, sock = self._start_exec(container_id, argv, cwd, env, stdin)
+            return _DockerExecution(self, exec_id, sock)
+
+        return start
 
     def _start_exec(self, container_id, argv, cwd, env, with_stdin):
         try:
@@ -377,22 +374,7 @@ class DockerBackend(SandboxBackend):
         raise BackendError("the command's exit code never became available")
 
     def exec_stream(self, sandbox_id, argv, *, cwd) -> Iterator[bytes]:
-        exec_id, sock = self._start_exec(self.container_name(sandbox_id), argv, cwd, {}, False)
-        stderr = bytearray()
-        try:
-            sock.settimeout(300)
-            for stream_id, data in _frames(sock):
-                if stream_id == 1:
-                    yield data
-                elif len(stderr) < 4096:
-                    stderr.extend(data)
-        finally:
-            sock.close()
-        exit_code = self._exit_code(exec_id)
-        if exit_code != 0:
-            raise BackendError(
-                f"command failed (exit {exit_code}): {stderr.decode(errors='replace')}"
-            )
+        yield from stream_stdout(self._starter(self.container_name(sandbox_id)), argv, cwd=cwd)
 
     # --- workspace streams (snapshots) -------------------------------------------------
 
@@ -406,125 +388,43 @@ class DockerBackend(SandboxBackend):
     def export_workspace_as_sandbox_user(
         self, sandbox_id: str, *, excluded: str
     ) -> Iterator[bytes]:
-        """Made by `tar` in the sandbox and read over TCP (see import_workspace): Docker's
-        archive API reads at about 280 MB/s, as long as `tar | zstd` takes on the host
+        """Made by `tar` in the sandbox and read over TCP (transfer.py): Docker's archive
+        API reads at about 280 MB/s, as long as `tar | zstd` takes on the host
         (bench/snapshot.py)."""
-        try:
-            with self._transfer(sandbox_id, SEND_ARCHIVE, WORKSPACE, excluded) as connection:
-                while chunk := connection.recv(1 << 20, socket.MSG_WAITALL):
-                    yield chunk
-        except BackendError as exc:
-            if "Permission denied" in str(exc):
-                raise UnreadableFiles(str(exc)) from exc
-            raise
+        container = self._container(sandbox_id)
+        address = self._status_of(container).network_address
+        yield from transfer.send_workspace(self._starter(container.id), address, excluded=excluded)
 
     def import_workspace(self, sandbox_id: str, tar_stream: Iterable[bytes]) -> None:
         """Unpacked by tar run as the sandbox user in the sandbox (modes kept, every file
         the sandbox user's): nothing in the archive is written as root. The bytes go over
-        a TCP connection from the host, not through the exec's stdin: Docker relays stdin
-        at about 250 MB/s, which doubled the time to unpack 220 MB (bench/snapshot.py)."""
-        with self._transfer(sandbox_id, RECEIVE_AND_UNPACK, WORKSPACE) as connection:
-            for chunk in tar_stream:
-                connection.sendall(chunk)
-
-    @contextlib.contextmanager
-    def _transfer(self, sandbox_id: str, script: str, *args: str):
-        """Runs `script` (Python) as the sandbox user with a new token and `args`; it
-        prints the port it listens on, takes one connection (the sandbox's firewall
-        accepts new ones only from the host) and only with that token, then becomes
-        `tar`. Yields the connection; raises BackendError with tar's errors if it fails."""
+        a TCP connection from the host (transfer.py), not through the exec's stdin."""
         container = self._container(sandbox_id)
         address = self._status_of(container).network_address
-        token = secrets.token_hex(16)
-        argv = ["timeout", "--kill-after=2", f"{TRANSFER_TIMEOUT_S}s",
-                "python3", "-c", script, token, *args]  # fmt: skip
-        exec_id, sock = self._start_exec(container.id, argv, WORKSPACE, {}, False)
-        output = {1: bytearray(), 2: bytearray()}
-        broken = None
-        try:
-            sock.settimeout(TRANSFER_TIMEOUT_S + 10)
-            frames = _frames(sock)
-            port = _first_line(frames, output)
-            if port.isdigit():
-                try:
-                    with socket.create_connection((address, int(port)), timeout=30) as connection:
-                        connection.sendall(token.encode())
-                        connection.settimeout(TRANSFER_TIMEOUT_S)
-                        yield connection
-                except OSError as exc:  # tar stopped (its errors follow) or is unreachable
-                    broken = exc
-            for stream_id, data in frames:
-                buffer = output.get(stream_id)
-                if buffer is not None and len(buffer) < 1 << 16:
-                    buffer.extend(data)
-        finally:
-            sock.close()
-        exit_code = self._exit_code(exec_id)
-        if exit_code != 0:
-            problem = output[2].decode(errors="replace").strip()[-500:]
-            raise BackendError(f"tar in the sandbox failed (exit {exit_code}): {problem}")
-        if broken is not None or not port.isdigit():
-            raise BackendError(f"the workspace could not be transferred: {broken}")
+        transfer.receive_workspace(self._starter(container.id), address, tar_stream)
 
 
-TRANSFER_TIMEOUT_S = 3600
+class _DockerExecution:
+    """A command started by exec_start: stdin and output on the socket Docker hijacked
+    (output in Docker's frames), the exit code from exec_inspect."""
 
-# The start of both scripts, run as the sandbox user in the sandbox: argv token, then
-# theirs. Takes one connection from the host and checks the token.
-_ACCEPT_ONE_CONNECTION = r"""
-import os, socket, sys
-token = sys.argv[1].encode()
-listener = socket.create_server(("0.0.0.0", 0))
-listener.settimeout(30)
-print(listener.getsockname()[1], flush=True)
-connection, _ = listener.accept()
-listener.close()
-connection.settimeout(30)
-received = b""
-while len(received) < len(token):
-    piece = connection.recv(len(token) - len(received))
-    if not piece:
-        sys.exit("the sender left before its token")
-    received += piece
-if received != token:
-    sys.exit("a connection without the token")
-connection.settimeout(None)
-"""
+    def __init__(self, backend: DockerBackend, exec_id: str, sock: socket.socket):
+        self.backend, self.exec_id, self.sock = backend, exec_id, sock
 
+    def send_stdin(self, chunks: Iterable[bytes]) -> None:
+        for chunk in chunks:
+            self.sock.sendall(chunk)
+        self.sock.shutdown(socket.SHUT_WR)
 
-def _connected_tar(stdio: int, tar: str) -> str:
-    """The script that accepts the host's connection, then runs `tar` (a shell command
-    over "$1", "$2", ...: the arguments after the token) with that connection as its
-    stdin (0) or stdout (1). tar's errors go to a file and only the last of them to
-    stderr, which nobody reads while the transfer runs."""
-    command = (
-        f"{tar} 2>/tmp/.quor-tar.err; status=$?; tail -c 2000 /tmp/.quor-tar.err >&2; exit $status"
-    )
-    return _ACCEPT_ONE_CONNECTION + (
-        f"os.dup2(connection.fileno(), {stdio})\n"
-        f'os.execvp("sh", ["sh", "-c", {command!r}, "sh", *sys.argv[2:]])\n'
-    )
+    def output(self, read_timeout: float) -> Iterator[tuple[int, bytes]]:
+        self.sock.settimeout(read_timeout)
+        return _frames(self.sock)
 
+    def close(self) -> None:
+        self.sock.close()
 
-# Arguments: token, workspace.
-RECEIVE_AND_UNPACK = _connected_tar(0, 'tar -x -p --no-same-owner -C "$1" -f -')
-# Arguments: token, workspace, the top-level name left out.
-SEND_ARCHIVE = _connected_tar(1, 'tar -c --anchored --exclude="./$2" -C "$1" -f - .')
-
-
-def _first_line(frames: Iterator[tuple[int, bytes]], output: dict[int, bytearray]) -> str:
-    """The first line the command writes to stdout (stderr kept in `output`)."""
-    line = bytearray()
-    for stream_id, data in frames:
-        if stream_id != 1:
-            output[2].extend(data[: max(0, (1 << 16) - len(output[2]))])
-            continue
-        line.extend(data)
-        if b"\n" in line:
-            first, _, rest = bytes(line).partition(b"\n")
-            output[1].extend(rest)
-            return first.decode(errors="replace").strip()
-    return ""
+    def exit_code(self) -> int:
+        return self.backend._exit_code(self.exec_id)
 
 
 def _frames(sock) -> Iterator[tuple[int, bytes]]:

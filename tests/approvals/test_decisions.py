@@ -189,9 +189,11 @@ def test_cancelling_the_turn_expires_its_parked_requests(session, app, owner):
 def test_the_session_lists_its_approvals(session, app, owner, colleague, client_for):
     approval = park(session, app)
     response = client_for(owner).get(f"/api/v1/sessions/{session.pk}/approvals/?status=pending")
-    assert [a["id"] for a in response.json()] == [str(approval.pk)]
+    assert [a["id"] for a in response.json()["results"]] == [str(approval.pk)]
     assert (
-        client_for(owner).get(f"/api/v1/sessions/{session.pk}/approvals/?status=approved").json()
+        client_for(owner)
+        .get(f"/api/v1/sessions/{session.pk}/approvals/?status=approved")
+        .json()["results"]
         == []
     )
     bad = client_for(owner).get(f"/api/v1/sessions/{session.pk}/approvals/?status=nope")

@@ -63,7 +63,7 @@ def test_a_member_lists_the_enabled_apps_with_actions_and_policies(
 ):
     response = client_for(owner).get(APPS)
     assert response.status_code == 200
-    (app,) = response.json()
+    (app,) = response.json()["results"]
     assert app["id"] == github.pk
     assert app["catalog_key"] == "github" and app["custom"] is False
     assert app["agent_env"] == "GH_TOKEN"
@@ -78,7 +78,7 @@ def test_a_member_lists_the_enabled_apps_with_actions_and_policies(
 def test_a_member_reads_the_catalog_with_what_is_already_added(client_for, owner, github):
     response = client_for(owner).get(CATALOG)
     assert response.status_code == 200
-    entries = {e["key"]: e for e in response.json()}
+    entries = {e["key"]: e for e in response.json()["results"]}
     assert set(entries) == {"github", "slack", "jira", "notion"}
     assert entries["github"]["app_id"] == github.pk
     assert entries["slack"]["app_id"] is None
@@ -104,7 +104,7 @@ def test_a_member_connects_and_disconnects_their_own_token(client_for, owner, co
     assert response.json()["has_organization_credential"] is False
     assert AppCredential.objects.get(app=github, user=owner).secret == SECRET
 
-    (seen_by_colleague,) = client_for(colleague).get(APPS).json()
+    (seen_by_colleague,) = client_for(colleague).get(APPS).json()["results"]
     assert seen_by_colleague["has_my_credential"] is False
 
     assert api.delete(credential_url(github)).status_code == 204
@@ -146,7 +146,7 @@ def test_a_member_cannot_do_what_only_organization_admins_do(client_for, owner, 
 
 @pytest.mark.django_db
 def test_an_admin_sees_disabled_apps_too(client_for, org_admin, github, hidden):
-    names = [a["name"] for a in client_for(org_admin).get(APPS).json()]
+    names = [a["name"] for a in client_for(org_admin).get(APPS).json()["results"]]
     assert names == ["GitHub", "Hidden"]
     assert client_for(org_admin).get(app_url(hidden)).status_code == 200
 
@@ -263,8 +263,8 @@ def test_an_admin_sets_and_removes_the_organization_credential(client_for, org_a
 @pytest.mark.django_db
 def test_a_stranger_sees_none_of_another_organizations_apps(client_for, stranger, github):
     api = client_for(stranger)
-    assert api.get(APPS).json() == []
-    assert api.get(CATALOG).json()[0]["app_id"] is None
+    assert api.get(APPS).json()["results"] == []
+    assert api.get(CATALOG).json()["results"][0]["app_id"] is None
     assert api.get(app_url(github)).status_code == 404
     response = api.put(credential_url(github), {"secret": "t"}, format="json")
     assert (response.status_code, error_code(response)) == (404, "not_found")

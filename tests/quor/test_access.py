@@ -88,7 +88,9 @@ def test_models_endpoint_lists_only_the_models_the_member_may_use(
     factories.make_provider(
         org, model_names=["private-model"], available_to_everyone=False, allowed_users=[owner]
     )
-    ids = lambda user: sorted(m["id"] for m in client_for(user).get("/api/v1/models/").json())  # noqa: E731
+    ids = lambda user: sorted(  # noqa: E731
+        m["id"] for m in client_for(user).get("/api/v1/models/").json()["results"]
+    )
     assert ids(colleague) == [f"{shared.pk}:shared-model"]
     assert len(ids(owner)) == 2
 

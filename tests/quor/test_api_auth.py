@@ -92,8 +92,8 @@ def test_lists_show_only_the_requesting_users_objects(
     client_for, owner, colleague, objects_of_owner
 ):
     client = client_for(colleague)
-    assert client.get("/api/v1/sessions/").json() == []
-    token_names = [t["name"] for t in client.get("/api/v1/tokens/").json()]
+    assert client.get("/api/v1/sessions/").json()["results"] == []
+    token_names = [t["name"] for t in client.get("/api/v1/tokens/").json()["results"]]
     assert token_names == ["tests"]
 
 
@@ -101,7 +101,7 @@ def test_lists_show_only_the_requesting_users_objects(
 def test_the_owner_sees_their_own_objects(client_for, owner, objects_of_owner):
     client = client_for(owner)
     assert client.get(objects_of_owner["session"]).status_code == 200
-    assert len(client.get("/api/v1/sessions/").json()) == 1
+    assert len(client.get("/api/v1/sessions/").json()["results"]) == 1
 
 
 @pytest.mark.django_db

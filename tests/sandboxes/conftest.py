@@ -13,10 +13,18 @@ def logged_in(client, owner):
 @pytest.fixture
 def queued(monkeypatch):
     """The agent turns that would be enqueued (no worker runs in these tests)."""
-    from sandboxes import tasks
+    from quor.lib import tasks
 
     calls = []
-    monkeypatch.setattr(tasks.run_agent_turn, "delay", lambda session_id: calls.append(session_id))
+    send = tasks.send
+
+    def record_turns(task_name, *args):
+        if task_name == "sandboxes.tasks.run_agent_turn":
+            calls.extend(args)
+        else:
+            send(task_name, *args)
+
+    monkeypatch.setattr(tasks, "send", record_turns)
     return calls
 
 

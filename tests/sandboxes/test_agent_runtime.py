@@ -29,17 +29,21 @@ KEYS = {
 SESSION_ID = "0b7c6f0e-session"
 EVENTS_PATH = f"/api/v1/runtime/sessions/{SESSION_ID}/events/"
 WEBAPPS_PATH = f"/api/v1/runtime/sessions/{SESSION_ID}/webapps/"
+HEARTBEAT_PATH = f"/api/v1/runtime/sessions/{SESSION_ID}/heartbeat/"
 WEBAPP_URL = "http://wfeedface.apps.test/"
 ALL_INTERFACES = "0.0.0.0"  # noqa: S104  (where web apps must listen)
 
 
 class EventsRecorder:
     """Quor's events API: accepts posts with the right token, records their events; and
-    its web app registrations (in `webapps`)."""
+    its web app registrations (in `webapps`) and the times of heartbeats (answered with
+    `heartbeat_status`)."""
 
     def __init__(self):
         self.posts: list[list[dict]] = []
         self.webapps: list[dict] = []
+        self.heartbeats: list[float] = []
+        self.heartbeat_status = 204
         self.rejected = 0
         self.status = 200
         recorder = self
@@ -53,9 +57,13 @@ class EventsRecorder:
                 if self.headers.get("Authorization") != f"Bearer {TOKEN}" or self.path not in (
                     EVENTS_PATH,
                     WEBAPPS_PATH,
+                    HEARTBEAT_PATH,
                 ):
                     recorder.rejected += 1
                     status = 401
+                elif self.path == HEARTBEAT_PATH:
+                    recorder.heartbeats.append(time.monotonic())
+                    status, answer = recorder.heartbeat_status, b""
                 elif status == 200 and self.path == WEBAPPS_PATH:
                     registration = json.loads(body)
                     recorder.webapps.append(registration)
@@ -157,6 +165,13 @@ def wait_for(condition, timeout=10.0):
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting")
         time.sleep(0.02)
+
+
+def process_is_gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
 
 
 def assert_demo_turn(quor, session_dir):
@@ -399,16 +414,47 @@ def test_sigterm_during_a_long_command_ends_the_runtime_within_2_seconds_and_kil
         process.kill()
         process.communicate()
 
-    def sleep_is_gone():
-        try:
-            return Path(f"/proc/{sleep_pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
-        except FileNotFoundError:
-            return True
-
-    wait_for(sleep_is_gone, timeout=1)
+    wait_for(lambda: process_is_gone(sleep_pid), timeout=1)
     assert quor.kinds() == ["tool_call"]
     saved = json.loads((session_dir / ".quor" / "conversation.json").read_text())
     assert [m["role"] for m in saved["messages"]] == ["user"]  # the unfinished step is not saved
+
+
+def test_an_agent_busy_with_a_long_command_sends_heartbeats_and_none_while_it_posts_events(
+    quor, model, session_dir
+):
+    model.script = [
+        {"tool_calls": [{"name": "run_command", "input": {"command": "sleep 3.5"}}]},
+        {"text": "Done."},
+    ]
+    env = agent_env(quor, model, session_dir, QUOR_HEARTBEAT_INTERVAL="1")
+    started = time.monotonic()
+    result = run_agent(session_dir, env)
+
+    assert result.returncode == 0, result.stderr
+    assert quor.kinds()[-1] == "turn_finished"
+    assert 2 <= len(quor.heartbeats) <= 4  # one a second while the command ran
+    assert all(beat - started >= 1 for beat in quor.heartbeats)
+    assert quor.rejected == 0
+
+
+def test_an_agent_whose_turn_was_ended_without_it_stops_with_its_commands(quor, model, session_dir):
+    quor.heartbeat_status = 409  # cancelled, or found lost
+    command = "sleep 60 & echo $! > sleep.pid; wait"
+    model.script = [{"tool_calls": [{"name": "run_command", "input": {"command": command}}]}]
+    process = start_agent(
+        session_dir, agent_env(quor, model, session_dir, QUOR_HEARTBEAT_INTERVAL="1")
+    )
+    try:
+        assert process.wait(timeout=5) == 143
+    finally:
+        process.kill()
+        process.communicate()
+    sleep_pid = int((session_dir / "sleep.pid").read_text())
+
+    wait_for(lambda: process_is_gone(sleep_pid), timeout=1)
+    assert len(quor.heartbeats) == 1
+    assert "turn_finished" not in quor.kinds()
 
 
 def test_a_missing_next_message_exits_0_without_events(quor, model, session_dir):

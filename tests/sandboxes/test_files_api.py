@@ -48,7 +48,7 @@ def test_upload_list_and_download_round_trip(api, session):
 
     listing = api.get(url(session, "files/"), {"path": "data"})
     assert listing.status_code == 200
-    [entry] = listing.json()
+    [entry] = listing.json()["results"]
     assert (entry["name"], entry["type"], entry["size"]) == ("blob.bin", "file", len(payload))
 
     got = download(api, session, "data/blob.bin")

@@ -36,7 +36,7 @@ def test_a_library_file_uploaded_through_the_api_is_stored_as_a_blob(file_store,
     assert item.sha256 == item.blob.sha256 == hashlib.sha256(b"buy milk").hexdigest()
     assert file_store.keys() == {item.blob.key}
     assert filestore.blob_read(item.blob) == b"buy milk"
-    assert api.get("/api/v1/library/").json()[0]["size"] == 8
+    assert api.get("/api/v1/library/").json()["results"][0]["size"] == 8
 
 
 def test_the_sync_reads_library_files_and_skills_from_the_file_store(file_store, owner, org):

@@ -78,8 +78,10 @@ elif point == "after-runtime-removed":
     after(DockerBackend, "destroy")
 elif point == "after-restore":
     after(services, "snapshot_restore")
-elif point == "after-skills-and-web-apps":
-    after(services, "_after_wake")
+elif point == "after-skills-and-web-apps":  # the last receiver of runtime_ready
+    from sandboxes.signals import runtime_ready
+
+    runtime_ready.connect(lambda sender, **kwargs: die(), weak=False)
 
 sandbox = Sandbox.objects.get(pk=sandbox_id)
 if action == "sleep":

@@ -26,7 +26,8 @@ def test_the_owner_creates_a_task_and_reads_it_back(client_for, owner, org, mode
     assert created["enabled"] is True
     assert created["next_run_at"] and created["last_run"] is None
     assert api.get(f"/api/v1/scheduled-tasks/{created['id']}/").json() == created
-    assert [t["id"] for t in api.get("/api/v1/scheduled-tasks/").json()] == [created["id"]]
+    listed = api.get("/api/v1/scheduled-tasks/").json()["results"]
+    assert [t["id"] for t in listed] == [created["id"]]
 
 
 @pytest.mark.django_db
@@ -82,7 +83,7 @@ def test_run_now_and_the_runs_list(client_for, owner, task, queued):
     assert Session.objects.get(pk=run["session"]).owner == owner
     again = api.post(f"/api/v1/scheduled-tasks/{task.pk}/run/")
     assert (again.status_code, again.json()["error"]["code"]) == (409, "scheduled.run_in_progress")
-    runs = api.get(f"/api/v1/scheduled-tasks/{task.pk}/runs/").json()
+    runs = api.get(f"/api/v1/scheduled-tasks/{task.pk}/runs/").json()["results"]
     assert [r["id"] for r in runs] == [run["id"]]
     assert api.get(f"/api/v1/scheduled-tasks/{task.pk}/").json()["last_run"]["id"] == run["id"]
 
@@ -102,7 +103,7 @@ def _requests(task_id):
 @pytest.mark.parametrize("persona", ["colleague", "stranger"])
 def test_another_users_task_is_404_for_every_request(request, client_for, task, queued, persona):
     other = client_for(request.getfixturevalue(persona))
-    assert other.get("/api/v1/scheduled-tasks/").json() == []
+    assert other.get("/api/v1/scheduled-tasks/").json()["results"] == []
     for method, url, body in _requests(task.pk):
         response = getattr(other, method)(url, body, format="json")
         assert response.status_code == 404, (method, url)

@@ -127,7 +127,7 @@ def test_events_are_listed_after_a_seq(api, owner):
     sessions.session_events_append(
         session=session, events=[("assistant_text", {"text": str(n)}) for n in range(5)]
     )
-    events = api.get(f"/api/v1/sessions/{session.pk}/events/", {"after": 2}).json()
+    events = api.get(f"/api/v1/sessions/{session.pk}/events/", {"after": 2}).json()["results"]
     assert [e["seq"] for e in events] == [3, 4, 5]
     assert api.get(f"/api/v1/sessions/{session.pk}/events/", {"after": "x"}).status_code == 400
 
@@ -260,8 +260,9 @@ def test_the_user_library_is_managed_through_the_api(api, owner, client_for, col
     )
     assert put.status_code == 201
     assert put.json()["size"] == 8
-    assert [f["path"] for f in api.get("/api/v1/library/").json()] == ["notes/todo.txt"]
-    assert client_for(colleague).get("/api/v1/library/").json() == []
+    listed = api.get("/api/v1/library/").json()["results"]
+    assert [f["path"] for f in listed] == ["notes/todo.txt"]
+    assert client_for(colleague).get("/api/v1/library/").json()["results"] == []
     bad = api.put("/api/v1/library/?path=../x", data=b"x", content_type="application/octet-stream")
     assert bad.json()["error"]["code"] == "files.invalid_path"
     assert api.delete("/api/v1/library/?path=notes/todo.txt").status_code == 204

@@ -64,7 +64,7 @@ def test_an_unexpected_failure_while_starting_is_recorded_not_left_provisioning(
         raise KeyError("surprise")
 
     monkeypatch.setattr(DockerBackend, "ensure", broken)
-    monkeypatch.setattr(DockerBackend, "prepare_network", lambda self: "10.232.0.1")
+    monkeypatch.setattr(DockerBackend, "egress_proxy_address", lambda self: "10.232.0.1")
     with pytest.raises(KeyError):
         services.sandbox_ensure(user=owner)
     sandbox = Sandbox.objects.get(user=owner)

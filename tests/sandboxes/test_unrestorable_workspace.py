@@ -261,7 +261,7 @@ def test_keeping_the_workspace_of_a_dead_wake_keeps_the_snapshot_not_a_partial_u
 ):
     sleep(running_sandbox)
     backend = DockerBackend()  # what a wake killed before its unpack leaves: an empty one
-    backend.ensure(services.sandbox_spec_for(running_sandbox, backend.prepare_network()))
+    backend.ensure(services.sandbox_spec_for(running_sandbox, backend.egress_proxy_address()))
     Sandbox.objects.filter(pk=running_sandbox.pk).update(state=Sandbox.State.RESTORING)
     services.sandbox_destroy(sandbox=running_sandbox, remove_workspace=False)
     running_sandbox.refresh_from_db()

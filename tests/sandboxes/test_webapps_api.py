@@ -148,7 +148,7 @@ def test_the_owner_lists_the_sessions_web_apps(client_for, owner, session, webap
     response = client_for(owner).get(f"/api/v1/sessions/{session.pk}/webapps/")
 
     assert response.status_code == 200
-    assert response.json() == [webapp_payload(webapp)]
+    assert response.json()["results"] == [webapp_payload(webapp)]
 
 
 @pytest.mark.django_db
@@ -184,7 +184,7 @@ def test_the_owner_shares_the_web_apps_with_the_organization_and_back(client_for
     assert api.patch(url, {"sharing": "private"}, format="json").json()["sharing"] == "private"
     session.refresh_from_db()
     assert session.sharing == Session.Sharing.PRIVATE
-    assert api.get("/api/v1/sessions/").json()[0]["sharing"] == "private"
+    assert api.get("/api/v1/sessions/").json()["results"][0]["sharing"] == "private"
 
 
 @pytest.mark.django_db

@@ -93,6 +93,7 @@ class Config:
         self.output_limit = self._int(env, "QUOR_OUTPUT_LIMIT", 16384, minimum=256)
         self.model_timeout = self._int(env, "QUOR_MODEL_TIMEOUT", 300, minimum=1)
         self.max_tokens = self._int(env, "QUOR_MAX_TOKENS", 4096, minimum=1)
+        self.heartbeat_interval = self._int(env, "QUOR_HEARTBEAT_INTERVAL", 15, minimum=1)
         if self.model_kind not in API_KEY_VARIABLES:
             self.problems.append(
                 f"QUOR_MODEL_KIND must be one of {', '.join(API_KEY_VARIABLES)}, "
@@ -163,7 +164,9 @@ class Events:
     def __init__(self, config, session_id):
         session = urllib.parse.quote(session_id, safe="")
         self.url = f"{config.api_url}/api/v1/runtime/sessions/{session}/events/"
+        self.heartbeat_url = f"{config.api_url}/api/v1/runtime/sessions/{session}/heartbeat/"
         self.token = config.api_token
+        self.last_posted = time.monotonic()
         self._text = ""  # delta text not posted yet
         self._since = 0.0
         self._buffer_lock = threading.Lock()  # guards _text and _since
@@ -207,6 +210,29 @@ class Events:
                     self._failure = exc
                     return
 
+    def start_heartbeat(self, interval):
+        threading.Thread(target=self._beat, args=(interval,), daemon=True).start()
+
+    def _beat(self, interval):
+        """Tells Quor the turn is still being worked on whenever nothing else was posted
+        for `interval` seconds (a long command, a model that thinks, an approval): a turn
+        whose agent falls silent counts as lost. A 409 says the turn was ended without
+        this agent (cancelled, or found lost): it stops."""
+        headers = {"Authorization": f"Bearer {self.token}"}
+        while True:
+            time.sleep(max(0.0, self.last_posted + interval - time.monotonic()))
+            if time.monotonic() - self.last_posted < interval:
+                continue
+            try:
+                with post_json(self.heartbeat_url, {}, headers, EVENT_POST_TIMEOUT) as response:
+                    response.read()
+            except urllib.error.HTTPError as exc:
+                if exc.code == 409:
+                    on_sigterm(signal.SIGTERM, None)
+            except (OSError, HTTPException):
+                pass  # Quor is out of reach for now: tried again after `interval`
+            self.last_posted = time.monotonic()
+
     def _raise_failure(self):
         if self._failure:
             raise self._failure
@@ -220,6 +246,7 @@ class Events:
                     self.url, {"events": events}, headers, EVENT_POST_TIMEOUT
                 ) as response:
                     response.read()
+                self.last_posted = time.monotonic()
                 return
             except urllib.error.HTTPError as exc:
                 problem = f"HTTP {exc.code}"
@@ -1124,6 +1151,7 @@ def main(argv=None):
         print("agent: QUOR_API_URL is not an http(s) URL", file=sys.stderr)
         return EXIT_QUOR_UNREACHABLE
     events = Events(config, args.session_id)
+    events.start_heartbeat(config.heartbeat_interval)
     try:
         if config.problems:  # the message stays, for a run with a better configuration
             return report(events, "runtime.misconfigured", " ".join(config.problems))

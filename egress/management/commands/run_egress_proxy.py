@@ -28,7 +28,7 @@ class Command(BaseCommand):
     def handle(self, *args, acceptors, **options):
         files = ca.ensure_ca(settings.QUOR_EGRESS_CA_DIR)
         trust = ca.write_upstream_trust(files, settings.QUOR_EXTRA_CA_BUNDLE)
-        host = get_backend().prepare_network()
+        host = get_backend().egress_proxy_address()
         port = settings.QUOR_EGRESS_PROXY_PORT
         cap_request_bodies(settings.QUOR_EGRESS_MAX_BODY_BYTES)
         read_request_targets()

@@ -484,8 +484,9 @@
     pathBox.textContent = "/" + path;
     preview.replaceChildren();
     fetch(api + "?path=" + encodeURIComponent(path), { credentials: "same-origin" })
-      .then((r) => (r.ok ? r.json() : []))
-      .then((entries) => {
+      .then((r) => (r.ok ? r.json() : { results: [] }))
+      .then((listing) => {
+        const entries = listing.results;
         filesBox.replaceChildren();
         if (path) {
           const up = el("li");
@@ -510,6 +511,9 @@
           if (entry.type === "file") item.appendChild(el("span", "muted", " " + entry.size + " B"));
           filesBox.appendChild(item);
         });
+        if (listing.truncated) {
+          filesBox.appendChild(el("li", "muted", "More entries are not shown."));
+        }
       });
   }
 
