@@ -16,7 +16,7 @@ from approvals import wakeup
 from approvals.models import ApprovalRequest, SessionGrant
 from quor.lib.errors import Conflict, InvalidInput, NotFound
 from sandboxes.models import Session
-from sandboxes.sessions import session_events_append
+from sandboxes.sessions.events import session_events_append
 
 DECISIONS = {
     "approve_once": (ApprovalRequest.Status.APPROVED, ApprovalRequest.DecidedVia.USER),

@@ -549,7 +549,8 @@ def measure_latency(args, user, session, events: Events) -> list[dict]:
     from approvals import services as approvals
     from approvals import wakeup
     from approvals.models import ApprovalRequest
-    from sandboxes import services, sessions
+    from sandboxes.runtime import services
+    from sandboxes.sessions import services as sessions
 
     # decide_approval's two on-commit callbacks, in the order it registers them: the
     # session's approval_decided event to the channel layer, then the proxy's wake-up.
@@ -665,8 +666,8 @@ def setup_data():
     """The org, user, provider, App (one Ask action among others, the org's credential),
     the sandbox and a session that selected the App; earlier bench sessions go."""
     from apps.models import App, AppAction, AppCredential
-    from sandboxes import services
     from sandboxes.models import Session
+    from sandboxes.runtime import services
 
     organization, user, provider = bench_member(
         slug=ORG_SLUG, name="Approvals bench", email=BENCH_EMAIL
@@ -848,7 +849,7 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     from approvals import wakeup
     from egress import readiness
-    from sandboxes import services
+    from sandboxes.runtime import services
 
     assert wakeup.channel() == WAKEUP_CHANNEL, wakeup.channel()
 

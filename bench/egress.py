@@ -372,7 +372,7 @@ def run_generator(cfg: dict, *, in_sandbox_of=None) -> dict:
     timeout = int(cfg["warmup"] + cfg["seconds"] + 30)
     argv = ["python3", "-c", GENERATOR, json.dumps(cfg)]
     if in_sandbox_of is not None:
-        from sandboxes import services
+        from sandboxes.runtime import services
 
         result = services.sandbox_exec(user=in_sandbox_of, argv=argv, timeout_s=timeout)
         code, out, err = result.exit_code, result.stdout, result.stderr
@@ -420,7 +420,7 @@ def main() -> None:
     from egress.models import EgressDecision
     from quor import services as quor_services
     from quor.models import ModelProvider, Organization, User
-    from sandboxes import services
+    from sandboxes.runtime import services
 
     rows = []
     quor = bare = sandbox = None

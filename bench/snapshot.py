@@ -109,8 +109,8 @@ def setup():
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    from sandboxes import services
     from sandboxes.models import Sandbox, Session
+    from sandboxes.runtime import services
 
     _, user, provider = bench_member(slug=ORG_SLUG, name="Snapshots bench", email=BENCH_EMAIL)
     sandbox = Sandbox.objects.filter(user=user).first()
@@ -124,7 +124,7 @@ def setup():
 
 
 def fill_workspace(sandbox, session, args) -> int:
-    from sandboxes import services
+    from sandboxes.runtime import services
 
     directory = services.session_workspace_ensure(session=session)
     result = services.get_backend(sandbox.backend).exec(
@@ -212,7 +212,7 @@ def one_run(sandbox, phases: dict, disk: Disk) -> tuple[tuple, dict]:
     """Baseline pack, sleep (snapshot_take: tar in the sandbox, read over TCP, checked,
     compressed, stored, decoded as stored; then the runtime and its volume removed),
     baseline unpack, wake (snapshot_restore: read, check, decompress, unpack over TCP)."""
-    from sandboxes import services
+    from sandboxes.runtime import services
 
     pack, tar_bytes, compressed = baseline_pack(volume_directory(sandbox), disk)
     disk.rest(unpacking=False)
@@ -260,7 +260,7 @@ def main():
     shutil.rmtree(WORK / "baseline-restore", ignore_errors=True)
     sandbox, session = setup()
     disk.deleted()  # what a previous run left was removed just now
-    from sandboxes import services
+    from sandboxes.runtime import services
 
     phases = {}
     timed(services, "snapshot_take", phases)

@@ -333,8 +333,8 @@ def container_cpu(runtime_id: str) -> float | None:
 
 def setup_data():
     """The org, user, provider, sandbox and session; earlier bench sessions go."""
-    from sandboxes import services
     from sandboxes.models import Session
+    from sandboxes.runtime import services
 
     _, user, provider = bench_member(slug=ORG_SLUG, name="Web apps bench", email=BENCH_EMAIL)
     sandbox = services.sandbox_ensure(user=user)
@@ -353,7 +353,7 @@ PORT_CHECK = "import socket, sys; socket.create_connection(('127.0.0.1', int(sys
 
 
 def start_app(user) -> None:
-    from sandboxes import services
+    from sandboxes.runtime import services
 
     result = services.sandbox_exec(
         user=user, argv=["sh", "-c", START_APP, "sh", APP_SOURCE, str(APP_PORT), PORT_CHECK]
@@ -626,7 +626,7 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     from django.db import connections
 
-    from sandboxes import services
+    from sandboxes.runtime import services
     from webapps import services as webapps
 
     profile = WORK / "webapp-proxy.prof" if args.profile else None

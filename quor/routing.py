@@ -1,5 +1,5 @@
 """WebSocket routes of every app, gathered for the ASGI application."""
 
-from sandboxes.routing import websocket_urlpatterns as sandbox_routes
+from sandboxes.sessions.routing import websocket_urlpatterns as sandbox_routes
 
 websocket_urlpatterns = [*sandbox_routes]

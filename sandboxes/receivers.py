@@ -6,9 +6,9 @@ from django.db.models.signals import post_delete
 
 from quor.filestore import blob_delete
 from quor.models import StoredBlob
-from sandboxes.managed import sync_managed_area_after_wake
+from sandboxes.library.managed import sync_managed_area_after_wake
 from sandboxes.models import Attachment, LibraryFile, Skill
-from sandboxes.scheduled import settle_scheduled_run
+from sandboxes.scheduling.services import settle_scheduled_run
 from sandboxes.signals import runtime_ready, session_status_changed
 
 BLOB_FIELDS = {LibraryFile: "blob_id", Skill: "bundle_id", Attachment: "blob_id"}

@@ -10,7 +10,7 @@ from django.db import transaction
 from quor.filestore import blob_delete, blob_put, blob_read
 from quor.lib.errors import InvalidInput
 from sandboxes.models import Skill
-from sandboxes.services import clean_relative_path
+from sandboxes.runtime.services import clean_relative_path
 
 
 def bundle_pack(files: dict[str, bytes]) -> bytes:

@@ -1,6 +1,7 @@
 from django.urls import path
 
-from sandboxes import scheduled_views, views
+from sandboxes import views
+from sandboxes.scheduling import views as scheduled_views
 
 urlpatterns = [
     path("", views.session_list, name="home"),

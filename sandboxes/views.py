@@ -13,8 +13,10 @@ from apps.selectors import enabled_apps
 from quor import selectors as quor_selectors
 from quor.lib.errors import QuorError
 from quor.lib.permissions import get_active_membership
-from sandboxes import selectors, services, sessions
+from sandboxes import selectors
 from sandboxes.models import Sandbox, Session, Skill
+from sandboxes.runtime import services
+from sandboxes.sessions import services as sessions
 from webapps.services import session_set_sharing, webapp_payload
 
 

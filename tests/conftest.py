@@ -332,7 +332,7 @@ def clean_runtimes():
 
 @pytest.fixture
 def running_sandbox(owner, egress_proxy, clean_runtimes):
-    from sandboxes import services
+    from sandboxes.runtime import services
 
     return services.sandbox_ensure(user=owner)
 

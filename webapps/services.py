@@ -17,8 +17,9 @@ from sandboxes import image
 from sandboxes.backends import get_backend
 from sandboxes.backends.base import BackendError
 from sandboxes.models import Sandbox, Session
-from sandboxes.services import sandbox_touch, session_proxy_environment, session_workspace
-from sandboxes.sessions import app_token_placeholders, session_events_append
+from sandboxes.runtime.services import sandbox_touch, session_proxy_environment, session_workspace
+from sandboxes.sessions.events import session_events_append
+from sandboxes.sessions.services import app_token_placeholders
 from webapps.models import WebApp
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from approvals import services
 from approvals.api.serializers import ApprovalSerializer, DecisionSerializer
 from quor.lib.errors import NotFound
 from quor.lib.pagination import NEWEST_FIRST, CursorPagination
-from sandboxes import services as sandbox_services
+from sandboxes.runtime import services as sandbox_services
 from sandboxes.selectors import is_uuid
 
 STATUS = OpenApiParameter("status", OpenApiTypes.STR, OpenApiParameter.QUERY)

@@ -15,8 +15,8 @@ from rest_framework.response import Response
 from quor.lib.pagination import CursorPagination
 from quor.lib.serializers import StrictSerializer
 from quor.selectors import make_model_id
-from sandboxes import scheduled
 from sandboxes.models import ScheduledRun, ScheduledTask
+from sandboxes.scheduling import services as scheduled
 
 TASK_ID = OpenApiParameter("id", OpenApiTypes.INT, OpenApiParameter.PATH)
 

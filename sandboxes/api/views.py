@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 
 from quor.lib.errors import InvalidInput, NotFound, QuorError
 from quor.lib.pagination import NEWEST_FIRST, CursorPagination, page_size_from
-from sandboxes import library, selectors, services, sessions
+from sandboxes import selectors
 from sandboxes.api.authentication import SandboxCredentialAuthentication
 from sandboxes.api.serializers import (
     REFUSED_SANDBOX_OPTIONS,
@@ -35,8 +35,11 @@ from sandboxes.api.serializers import (
     StartEmptySerializer,
     WebAppSerializer,
 )
+from sandboxes.library import files as library
 from sandboxes.models import Session
+from sandboxes.runtime import services
 from sandboxes.selectors import is_uuid
+from sandboxes.sessions import services as sessions
 from webapps import services as webapp_services
 
 # Images the file browser may show inline (never SVG: it can carry scripts).

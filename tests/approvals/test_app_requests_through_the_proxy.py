@@ -14,8 +14,8 @@ from django.test import Client
 
 from approvals.models import ApprovalRequest
 from quor.models import ModelProvider
-from sandboxes import services
 from sandboxes.models import ScheduledRun, ScheduledTask
+from sandboxes.runtime import services
 from tests import factories
 from tests.egress.test_proxy import error_code, places_holding, through_proxy
 

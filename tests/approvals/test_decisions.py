@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from approvals import services, wakeup
 from approvals.models import ApprovalRequest, SessionGrant
-from sandboxes import sessions
 from sandboxes.models import Session
+from sandboxes.sessions import services as sessions
 from tests import factories
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,8 +8,8 @@ import pytest
 
 from egress.models import EgressDecision
 from quor.models import ModelProvider
-from sandboxes import services
 from sandboxes.models import Sandbox
+from sandboxes.runtime import services
 from tests import factories
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]

@@ -14,7 +14,7 @@ from django.utils import timezone
 from quor import filestore
 from quor.lib.errors import CorruptBlob
 from quor.models import StoredBlob
-from sandboxes import library
+from sandboxes.library import files as library
 
 pytestmark = pytest.mark.django_db
 

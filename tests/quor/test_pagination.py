@@ -16,10 +16,10 @@ from apps.catalog import load_catalog
 from quor import services as quor_services
 from quor.lib.pagination import sign_cursor
 from quor.models import ApiToken, ModelProvider
-from sandboxes import library
-from sandboxes import services as sandbox_services
 from sandboxes.api import views as sandbox_views
+from sandboxes.library import files as library
 from sandboxes.models import LibraryFile, Sandbox, ScheduledRun, ScheduledTask, Session
+from sandboxes.runtime import services as sandbox_services
 from tests import factories
 from webapps.models import WebApp
 
@@ -352,7 +352,7 @@ def snapshot():
 
 @pytest.fixture
 def session_with_events(owner):
-    from sandboxes.sessions import session_events_append
+    from sandboxes.sessions.events import session_events_append
 
     session = factories.make_session(owner)
     session_events_append(

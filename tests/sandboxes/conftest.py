@@ -37,7 +37,7 @@ def model_id(org):
 @pytest.fixture
 def task(owner, model_id):
     """The owner's daily scheduled task, at 09:00 in Paris."""
-    from sandboxes import scheduled
+    from sandboxes.scheduling import services as scheduled
 
     return scheduled.scheduled_task_create(
         user=owner,

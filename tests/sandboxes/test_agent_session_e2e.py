@@ -8,8 +8,8 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from quor.models import ModelProvider
-from sandboxes import services
 from sandboxes.models import Session
+from sandboxes.runtime import services
 from tests import factories
 from tests.sandboxes.test_event_stream import connect, cookie_for
 from tests.scenarios import run_scenario

@@ -6,7 +6,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from quor import filestore
 from quor.lib.errors import CorruptBlob
-from sandboxes import services, sessions
+from sandboxes.runtime import services
+from sandboxes.sessions import services as sessions
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]
 

@@ -62,7 +62,7 @@ def test_sandbox_exec_refuses_another_users_session(running_sandbox, owner, coll
 
 
 def test_the_workspace_streams_out_and_back_in(running_sandbox, owner):
-    from sandboxes import services
+    from sandboxes.runtime import services
 
     services.sandbox_exec(user=owner, argv=["sh", "-c", "echo precious > /workspace/keep.txt"])
     backend = DockerBackend()

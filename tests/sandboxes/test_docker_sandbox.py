@@ -10,11 +10,11 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
-from sandboxes import services
 from sandboxes.backends import docker as docker_backend
 from sandboxes.backends.base import BackendError
 from sandboxes.backends.docker import DockerBackend
 from sandboxes.models import Sandbox
+from sandboxes.runtime import services
 from tests.docker_helpers import container_of
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]

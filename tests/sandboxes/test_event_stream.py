@@ -5,7 +5,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from quor.asgi import application
-from sandboxes import sessions
+from sandboxes.sessions.events import session_events_append
 from tests import factories
 from tests.scenarios import run_scenario
 
@@ -28,9 +28,7 @@ def connect(session, cookie=None, after=0):
 
 
 def append(session, *texts):
-    sessions.session_events_append(
-        session=session, events=[("assistant_text", {"text": t}) for t in texts]
-    )
+    session_events_append(session=session, events=[("assistant_text", {"text": t}) for t in texts])
 
 
 async def receive_seqs(communicator, count):
@@ -167,7 +165,7 @@ def test_a_viewer_misses_nothing_across_a_restart_of_the_web_process(owner, proc
 def test_an_event_whose_live_message_was_lost_still_arrives(owner, monkeypatch):
     """The channel layer may drop messages under load: a quiet viewer finds the
     session's last event in the database by itself."""
-    from sandboxes import sessions as session_services
+    from sandboxes.sessions import events
 
     session = factories.make_session(owner)
     cookie = cookie_for(owner)
@@ -177,7 +175,7 @@ def test_an_event_whose_live_message_was_lost_still_arrives(owner, monkeypatch):
 
         communicator = connect(session, cookie)
         await communicator.connect()
-        monkeypatch.setattr(session_services, "_publish", lambda *args: None)  # lost
+        monkeypatch.setattr(events, "_publish", lambda *args: None)  # lost
         await database_sync_to_async(append)(session, "the last word")
         event = await communicator.receive_json_from(timeout=10)
         assert (event["seq"], event["payload"]["text"]) == (1, "the last word")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from sandboxes import services
+from sandboxes.runtime import services
 from tests import factories
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from sandboxes import services
 from sandboxes.backends.docker import sandbox_network_gateway
+from sandboxes.runtime import services
 from tests import factories
 from tests.docker_helpers import container_of, wait_for_port
 

@@ -11,8 +11,9 @@ from django.db.migrations.executor import MigrationExecutor
 from quor import filestore
 from quor.lib.errors import CorruptBlob, QuorError
 from quor.models import StoredBlob
-from sandboxes import library, skills
-from sandboxes.managed import managed_files
+from sandboxes import skills
+from sandboxes.library import files as library
+from sandboxes.library.managed import managed_files
 from sandboxes.models import Attachment, LibraryFile, Skill
 from sandboxes.skills import skill_files
 from tests import factories

@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from sandboxes import services
 from sandboxes.backends.docker import DockerBackend
 from sandboxes.models import Sandbox, Snapshot
+from sandboxes.runtime import services
 from tests.sandboxes.test_sleep_and_wake import MANIFEST, run
 from tests.sandboxes.test_sleep_and_wake import session as session  # a fixture
 
@@ -24,7 +24,7 @@ import os, signal, sys
 import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "quor.settings")
 django.setup()
-from sandboxes import services
+from sandboxes.runtime import services
 from sandboxes.backends.docker import DockerBackend
 from sandboxes.models import Sandbox
 

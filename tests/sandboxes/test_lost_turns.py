@@ -6,9 +6,9 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from sandboxes import services
 from sandboxes.models import AgentEvent, Sandbox, Session
-from sandboxes.sessions import sessions_fail_lost_turns
+from sandboxes.runtime import services
+from sandboxes.sessions.services import sessions_fail_lost_turns
 from tests import factories
 
 

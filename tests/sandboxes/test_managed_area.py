@@ -2,9 +2,11 @@
 
 import pytest
 
-from sandboxes import library, services, skills
-from sandboxes.managed import sync_managed_area
-from sandboxes.sessions import agents_md
+from sandboxes import skills
+from sandboxes.library import files as library
+from sandboxes.library.managed import sync_managed_area
+from sandboxes.runtime import services
+from sandboxes.sessions.services import agents_md
 from tests import factories
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]

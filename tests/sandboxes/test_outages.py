@@ -12,8 +12,8 @@ import requests
 from django.db import connection
 
 from quor.models import ModelProvider
-from sandboxes import services
 from sandboxes.models import AgentEvent, Session
+from sandboxes.runtime import services
 from tests import factories
 from tests.sandboxes.test_agent_session_e2e import collect_until
 from tests.sandboxes.test_event_stream import cookie_for
@@ -108,7 +108,7 @@ def start_redis() -> None:
 def test_redis_stopped_while_a_session_is_started(
     client_for, owner, org, egress_proxy, celery_worker, clean_runtimes, upstream_fakes
 ):
-    from sandboxes.sessions import sessions_requeue_pending
+    from sandboxes.sessions.services import sessions_requeue_pending
 
     provider = factories.make_provider(
         org, kind=ModelProvider.Kind.ANTHROPIC, base_url="https://model.test:18445",
@@ -157,7 +157,7 @@ def postgresql_up() -> bool:
 
 def test_postgresql_stopped_during_a_session(owner, quor_web):
     session = factories.make_session(owner)
-    from sandboxes.sessions import session_events_append
+    from sandboxes.sessions.events import session_events_append
 
     session_events_append(session=session, events=[("user_message", {"text": "hello"})])
     headers = {"Cookie": cookie_for(owner).decode()}

@@ -11,9 +11,9 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
-from sandboxes import services
 from sandboxes.backends.docker import LABEL_DEPLOYMENT, LABEL_SANDBOX, DockerBackend
 from sandboxes.models import Sandbox
+from sandboxes.runtime import services
 from tests.sandboxes.test_sleep_and_wake import MANIFEST, run
 from tests.sandboxes.test_sleep_and_wake import session as session  # a fixture
 

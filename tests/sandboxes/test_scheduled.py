@@ -11,8 +11,10 @@ from django_celery_beat.schedulers import ModelEntry
 from apps.models import App
 from quor.lib.errors import Conflict, InvalidInput, QuorError
 from quor.models import Membership, Organization
-from sandboxes import scheduled, sessions, tasks
 from sandboxes.models import ScheduledRun, ScheduledTask, Session, Skill
+from sandboxes.scheduling import services as scheduled
+from sandboxes.scheduling import tasks
+from sandboxes.sessions import services as sessions
 from tests import factories
 
 

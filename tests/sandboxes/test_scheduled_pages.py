@@ -5,8 +5,8 @@ import re
 import pytest
 
 from apps.models import App
-from sandboxes import scheduled
 from sandboxes.models import ScheduledRun, ScheduledTask, Session
+from sandboxes.scheduling import services as scheduled
 
 
 @pytest.mark.django_db

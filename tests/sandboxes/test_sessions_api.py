@@ -4,8 +4,9 @@ import pytest
 from django.test import override_settings
 
 from quor.models import Membership
-from sandboxes import sessions
 from sandboxes.models import AgentEvent, Sandbox, Session
+from sandboxes.sessions import services as sessions
+from sandboxes.sessions.events import session_events_append
 from tests import factories
 
 
@@ -124,7 +125,7 @@ def test_cancelling_a_pending_session_records_it(api, owner):
 @pytest.mark.django_db
 def test_events_are_listed_after_a_seq(api, owner):
     session = factories.make_session(owner)
-    sessions.session_events_append(
+    session_events_append(
         session=session, events=[("assistant_text", {"text": str(n)}) for n in range(5)]
     )
     events = api.get(f"/api/v1/sessions/{session.pk}/events/", {"after": 2}).json()["results"]
@@ -174,9 +175,7 @@ def test_concurrent_reports_get_consecutive_seqs_without_duplicates(owner):
 
     def report():
         for _ in range(10):
-            sessions.session_events_append(
-                session=session, events=[("assistant_text_delta", {"text": "x"})]
-            )
+            session_events_append(session=session, events=[("assistant_text_delta", {"text": "x"})])
         connection.close()
 
     threads = [threading.Thread(target=report) for _ in range(4)]
@@ -214,12 +213,12 @@ def test_too_many_or_too_large_attachments_are_refused_before_anything_starts(
 
 @pytest.mark.django_db
 def test_a_finishing_turn_never_ends_the_next_turn_started_by_a_follow_up(owner):
-    from sandboxes.sessions import _end_turn
+    from sandboxes.sessions.services import _end_turn
 
     session = factories.make_session(owner, status=Session.Status.RUNNING)
-    [first] = sessions.session_events_append(session=session, events=[("session_started", {})])
-    sessions.session_events_append(session=session, events=[("turn_finished", {})])
-    [second] = sessions.session_events_append(session=session, events=[("session_started", {})])
+    [first] = session_events_append(session=session, events=[("session_started", {})])
+    session_events_append(session=session, events=[("turn_finished", {})])
+    [second] = session_events_append(session=session, events=[("session_started", {})])
     _end_turn(session, first.seq, Session.Status.WAITING)  # the first turn's task, late
     session.refresh_from_db()
     assert session.status == Session.Status.RUNNING

@@ -10,11 +10,11 @@ from django.utils import timezone
 from quor.filestore import blob_read
 from quor.lib.errors import CorruptBlob
 from quor.models import StoredBlob
-from sandboxes import services
 from sandboxes.backends.base import WORKSPACE
 from sandboxes.backends.docker import DockerBackend
-from sandboxes.library import library_file_put
+from sandboxes.library.files import library_file_put
 from sandboxes.models import Sandbox, Snapshot
+from sandboxes.runtime import services
 from tests import factories
 from webapps.services import webapp_register
 
@@ -61,7 +61,7 @@ def run(sandbox, script, *args) -> str:
 @pytest.fixture
 def session(owner, running_sandbox):
     """A session with files, its Skills and Library linked in as a turn leaves them."""
-    from sandboxes.managed import sync_managed_area
+    from sandboxes.library.managed import sync_managed_area
 
     session = factories.make_session(owner, sandbox=running_sandbox)
     services.session_workspace_ensure(session=session)
@@ -79,7 +79,7 @@ def sleep(sandbox) -> Snapshot:
 
 def test_a_sleeping_sandbox_wakes_with_its_files_byte_for_byte(owner, running_sandbox, session):
     library_file_put(user=owner, path="notes/plan.md", content=b"the plan")
-    from sandboxes.managed import sync_managed_area
+    from sandboxes.library.managed import sync_managed_area
 
     sync_managed_area(session=session)
     before = run(running_sandbox, MANIFEST)
@@ -106,7 +106,7 @@ def test_the_managed_area_is_not_in_the_snapshot(owner, running_sandbox, session
     import zstandard
 
     library_file_put(user=owner, path="secret-plan.md", content=b"x" * 100)
-    from sandboxes.managed import sync_managed_area
+    from sandboxes.library.managed import sync_managed_area
 
     sync_managed_area(session=session)
     snapshot = sleep(running_sandbox)
@@ -118,7 +118,7 @@ def test_the_managed_area_is_not_in_the_snapshot(owner, running_sandbox, session
 def test_hard_links_to_a_library_file_wake_as_files_of_their_own(owner, running_sandbox, session):
     """The archive holds the managed file first (names sort) and the links as links to
     it; leaving the area out must not leave the links out."""
-    from sandboxes.managed import sync_managed_area
+    from sandboxes.library.managed import sync_managed_area
 
     library_file_put(user=owner, path="notes/plan.md", content=b"the plan")
     sync_managed_area(session=session)
@@ -163,7 +163,7 @@ def flipped(chunks):
 def test_a_snapshot_that_fails_is_not_recorded_and_the_sandbox_keeps_running(
     owner, running_sandbox, session, monkeypatch, fault
 ):
-    from sandboxes import snapshots
+    from sandboxes.runtime import snapshots
 
     before = run(running_sandbox, MANIFEST)
     blobs = StoredBlob.objects.count()
@@ -198,7 +198,7 @@ def test_files_the_sandbox_user_cannot_read_are_in_the_snapshot_too(
         "&& mkdir -p shut/in && echo inside > shut/in/f && chmod 000 shut", directory)  # fmt: skip
     before = run(running_sandbox, MANIFEST)
 
-    with caplog.at_level("INFO", logger="sandboxes.snapshots"):
+    with caplog.at_level("INFO", logger="sandboxes.runtime.snapshots"):
         sleep(running_sandbox)
     assert "runtime's archive" in caplog.text
     woken = services.sandbox_ensure_running(running_sandbox)

@@ -6,7 +6,7 @@ import tarfile
 
 import pytest
 
-from sandboxes.tarstream import ArchiveError, without_paths
+from sandboxes.runtime.tarstream import ArchiveError, without_paths
 
 MANAGED = ".quor-managed"
 

@@ -7,8 +7,8 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from sandboxes import services
 from sandboxes.models import Sandbox, Session
+from sandboxes.runtime import services
 from tests import factories
 
 

@@ -10,8 +10,9 @@ from django.conf import settings
 from django.utils import timezone
 
 from quor.models import ModelProvider
-from sandboxes import services, sessions
 from sandboxes.models import AgentEvent, Session
+from sandboxes.runtime import services
+from sandboxes.sessions import services as sessions
 from tests import factories
 from tests.docker_helpers import container_of
 

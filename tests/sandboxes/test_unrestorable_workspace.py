@@ -10,9 +10,9 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from quor.filestore import file_store_check
-from sandboxes import services, tasks
 from sandboxes.backends.docker import DockerBackend
 from sandboxes.models import Sandbox, Snapshot, WorkspaceReset
+from sandboxes.runtime import services, tasks
 from tests import factories
 from tests.sandboxes.test_sleep_and_wake import run, sleep
 

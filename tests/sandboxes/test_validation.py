@@ -6,7 +6,7 @@ from django.test import override_settings
 from quor.lib.errors import InvalidInput
 from sandboxes.backends.base import SandboxSpec, UnsafeSandboxSpec, validate_spec
 from sandboxes.models import Sandbox
-from sandboxes.services import clean_relative_path, validate_exec_request
+from sandboxes.runtime.services import clean_relative_path, validate_exec_request
 
 WS = "/workspace/sessions/abc"
 

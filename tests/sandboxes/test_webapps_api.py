@@ -5,7 +5,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from sandboxes.models import Sandbox, Session, hash_token
-from sandboxes.sessions import agents_md
+from sandboxes.sessions.services import agents_md
 from tests import factories
 from webapps.models import WebApp
 

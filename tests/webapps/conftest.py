@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
-from sandboxes import services
+from sandboxes.runtime import services
 from tests import factories
 from webapps import services as webapps
 

@@ -10,8 +10,8 @@ from urllib.parse import urlsplit
 import pytest
 from django.test import Client
 
-from sandboxes import services
 from sandboxes.models import Session
+from sandboxes.runtime import services
 from tests import factories
 from tests.webapps.conftest import PROXY, app_host, cookie_for, fetch
 from webapps import headers as header_rules

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand
 
-from sandboxes import services
 from sandboxes.management.commands._helpers import get_sandbox_by_email
+from sandboxes.runtime import services
 
 
 class Command(BaseCommand):

@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from quor.lib.errors import QuorError
-from sandboxes import services
 from sandboxes.management.commands._helpers import get_user_by_email
+from sandboxes.runtime import services
 
 
 class Command(BaseCommand):

@@ -3,9 +3,9 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 from quor.lib.errors import QuorError
-from sandboxes import services
 from sandboxes.management.commands._helpers import get_user_by_email
 from sandboxes.models import Session
+from sandboxes.runtime import services
 
 
 class Command(BaseCommand):

@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from sandboxes import services
 from sandboxes.backends.base import BackendError
 from sandboxes.management.commands._helpers import require_the_workers_file_store
+from sandboxes.runtime import services
 
 
 class Command(BaseCommand):

@@ -3,10 +3,10 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from quor.lib.errors import QuorError
-from sandboxes import services
 from sandboxes.management.commands._helpers import get_sandbox_by_email
 from sandboxes.models import Sandbox
-from sandboxes.snapshots import good_snapshots
+from sandboxes.runtime import services
+from sandboxes.runtime.snapshots import good_snapshots
 
 
 class Command(BaseCommand):

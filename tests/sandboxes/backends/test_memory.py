@@ -5,11 +5,11 @@ import pytest
 from django.test import override_settings
 
 from quor.checks import check_sandbox_backend
-from sandboxes import services
 from sandboxes.backends import get_backend
 from sandboxes.backends.base import WORKSPACE, BackendError, BackendUnavailable, RuntimeMissing
 from sandboxes.backends.memory import MemoryBackend
 from sandboxes.models import Sandbox
+from sandboxes.runtime import services
 from tests.sandboxes.backends.conftest import new_spec
 
 

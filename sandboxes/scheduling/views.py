@@ -12,8 +12,8 @@ from apps.selectors import enabled_apps
 from quor import selectors as quor_selectors
 from quor.lib.errors import QuorError
 from quor.lib.permissions import get_active_membership
-from sandboxes import scheduled
 from sandboxes.models import ScheduledRun, Skill
+from sandboxes.scheduling import services as scheduled
 
 # The form field an error code is about, so the form shows the message beside it.
 FIELD_OF_ERROR = {

@@ -22,8 +22,8 @@ from apps.selectors import apps_for_selection
 from quor.lib.errors import Conflict, InvalidInput, NotFound, QuorError
 from quor.lib.permissions import check_model_access, check_sandbox_access
 from quor.selectors import make_model_id
-from sandboxes import sessions
 from sandboxes.models import ScheduledRun, ScheduledTask, Session, Skill
+from sandboxes.sessions import services as sessions
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from quor.lib.errors import CorruptBlob
 from quor.models import StoredBlob
 from sandboxes.backends.base import MANAGED_AREA, UnreadableFiles
 from sandboxes.models import Sandbox, Snapshot
-from sandboxes.tarstream import without_paths
+from sandboxes.runtime.tarstream import without_paths
 
 logger = logging.getLogger(__name__)
 

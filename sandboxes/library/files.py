@@ -9,7 +9,7 @@ from django.db import transaction
 from quor.filestore import blob_delete, blob_put
 from quor.lib.errors import InvalidInput, NotFound, QuorError
 from sandboxes.models import LibraryFile
-from sandboxes.services import clean_relative_path
+from sandboxes.runtime.services import clean_relative_path
 
 
 def _too_large() -> QuorError:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from sandboxes.consumers import SessionEventsConsumer
+from sandboxes.sessions.consumers import SessionEventsConsumer
 
 websocket_urlpatterns = [
     path("ws/sessions/<str:session_id>/", SessionEventsConsumer.as_asgi()),

@@ -51,9 +51,7 @@ from sandboxes.models import (
     hash_token,
     new_secret_token,
 )
-from sandboxes.selectors import get_session_for_user, is_uuid
-from sandboxes.signals import runtime_ready
-from sandboxes.snapshots import (
+from sandboxes.runtime.snapshots import (
     SnapshotDamaged,
     good_snapshots,
     snapshot_mark_damaged,
@@ -62,6 +60,8 @@ from sandboxes.snapshots import (
     snapshots_delete,
     snapshots_prune,
 )
+from sandboxes.selectors import get_session_for_user, is_uuid
+from sandboxes.signals import runtime_ready
 
 logger = logging.getLogger(__name__)
 

@@ -1,14 +1,10 @@
-"""Sessions and their agent: creating them, follow-ups, cancelling, and the events
-the agent reports. Each event is stored (with the next seq of its session) before
-it is published to the session's viewers."""
+"""Sessions and their agent: creating them, follow-ups, cancelling, starting turns,
+the events the agent reports and the turns it no longer reports on."""
 
 from datetime import timedelta
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max
 from django.utils import timezone
 
 from apps.catalog import catalog_app
@@ -17,11 +13,13 @@ from quor.filestore import CHUNK_SIZE, blob_chunks, blob_put
 from quor.lib.errors import Conflict, InvalidInput, QuorError
 from quor.lib.permissions import check_model_access, check_sandbox_access
 from quor.lib.tasks import send, send_on_commit
-from sandboxes import image, services
+from sandboxes import image
 from sandboxes.backends import get_backend
 from sandboxes.backends.base import BackendError
-from sandboxes.managed import sync_managed_area
+from sandboxes.library.managed import sync_managed_area
 from sandboxes.models import AgentEvent, Attachment, Sandbox, Session, Skill
+from sandboxes.runtime import services
+from sandboxes.sessions.events import session_events_append
 from sandboxes.signals import session_status_changed
 
 # Kinds the agent runtime may report, and the session status each one leaves behind.
@@ -36,53 +34,6 @@ RUNTIME_EVENT_KINDS = {
 }
 OPEN_STATUSES = (Session.Status.PENDING, Session.Status.RUNNING)
 MAX_EVENTS_PER_REPORT = 1000
-
-
-def session_group(session_id) -> str:
-    return f"session-{session_id}"
-
-
-def serialize_event(event: AgentEvent) -> dict:
-    return {
-        "seq": event.seq,
-        "kind": event.kind,
-        "payload": event.payload,
-        "created_at": event.created_at.isoformat(),
-    }
-
-
-def _publish(session_id, events: list[dict]) -> None:
-    layer = get_channel_layer()
-    async_to_sync(layer.group_send)(
-        session_group(session_id), {"type": "agent.events", "events": events}
-    )
-
-
-def session_events_append(
-    *, session: Session, events: list[tuple[str, dict]], status_from=None, status_to=None
-) -> list[AgentEvent]:
-    """Stores events with consecutive seqs (the session row lock orders concurrent
-    writers), then publishes them once the transaction has committed. A status change
-    given with them (from `status_from` to `status_to`) commits with them, so a viewer
-    who sees an event never finds the session in the state before it."""
-    with transaction.atomic():
-        Session.objects.select_for_update().filter(pk=session.pk).first()
-        if status_to is not None:
-            Session.objects.filter(pk=session.pk, status__in=status_from).update(
-                status=status_to, updated_at=timezone.now()
-            )
-        last = session.events.aggregate(last=Max("seq"))["last"] or 0
-        stored = AgentEvent.objects.bulk_create(
-            AgentEvent(session=session, seq=last + number, kind=kind, payload=payload)
-            for number, (kind, payload) in enumerate(events, start=1)
-        )
-        serialized = [serialize_event(event) for event in stored]
-        # Stored either way: a viewer who misses it live (Redis down) gets it from the
-        # backlog when it reconnects.
-        transaction.on_commit(lambda: _publish(session.pk, serialized), robust=True)
-        if status_to is not None:
-            session_status_changed.send(Session, session=session, status=status_to)
-    return stored
 
 
 def session_events_report(*, session: Session, events) -> int:

@@ -14,8 +14,9 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from quor.lib.errors import QuorError
-from sandboxes import selectors, services
-from sandboxes.sessions import serialize_event, session_group
+from sandboxes import selectors
+from sandboxes.runtime import services
+from sandboxes.sessions.events import serialize_event, session_group
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404

@@ -1,4 +1,6 @@
-"""Celery tasks: thin, idempotent, by id. Enqueued with transaction.on_commit.
+"""Celery tasks of the runtime lifecycle: thin, idempotent, by id, sent on commit. Their
+names are those they had in sandboxes/tasks.py, so queued messages and beat entries keep
+working.
 
 Lifecycle tasks acknowledge late: a worker killed in the middle leaves the message to be
 delivered again, and the work starts over from what PostgreSQL says."""
@@ -10,14 +12,14 @@ from celery.signals import worker_ready
 
 from quor.filestore import file_store_check
 from quor.lib.errors import QuorError
-from sandboxes import services
 from sandboxes.backends.base import BackendError
 from sandboxes.models import Sandbox
+from sandboxes.runtime import services
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(acks_late=True)
+@shared_task(name="sandboxes.tasks.ensure_sandbox", acks_late=True)
 def ensure_sandbox(sandbox_id: str) -> None:
     sandbox = Sandbox.objects.filter(pk=sandbox_id).first()
     if sandbox is None:
@@ -28,12 +30,12 @@ def ensure_sandbox(sandbox_id: str) -> None:
         return  # recorded on the row, with the reason
 
 
-@shared_task
+@shared_task(name="sandboxes.tasks.sleep_idle_sandboxes")
 def sleep_idle_sandboxes() -> None:
     services.sandboxes_sleep_idle()
 
 
-@shared_task(acks_late=True)
+@shared_task(name="sandboxes.tasks.sleep_sandbox", acks_late=True)
 def sleep_sandbox(sandbox_id: str) -> None:
     """Idle sandboxes only: checked again under the sandbox's lock."""
     sandbox = Sandbox.objects.filter(pk=sandbox_id).first()
@@ -45,7 +47,7 @@ def sleep_sandbox(sandbox_id: str) -> None:
         logger.warning("sandbox %s: %s", sandbox_id, exc)  # recorded on the row; retried
 
 
-@shared_task(acks_late=True)
+@shared_task(name="sandboxes.tasks.reconcile_sandboxes", acks_late=True)
 def reconcile_sandboxes() -> None:
     try:
         found = services.sandboxes_reconcile()
@@ -69,32 +71,3 @@ def reconcile_at_worker_start(sender, **kwargs):
         logger.error("%s: %s", exc.code, exc.message)
     except Exception:  # the worker still serves; it says why it could not check
         logger.exception("the file store could not be checked")
-
-
-@shared_task
-def run_agent_turn(session_id: str) -> None:
-    from sandboxes.sessions import session_run_turn
-
-    session_run_turn(session_id=session_id)
-
-
-@shared_task
-def requeue_pending_turns() -> None:
-    from sandboxes.sessions import sessions_requeue_pending
-
-    sessions_requeue_pending()
-
-
-@shared_task
-def fail_lost_turns() -> None:
-    from sandboxes.sessions import sessions_fail_lost_turns
-
-    sessions_fail_lost_turns()
-
-
-@shared_task
-def run_scheduled_tasks() -> None:
-    """Beat runs this every 30 s; two at once are harmless (rows are locked, skip_locked)."""
-    from sandboxes.scheduled import run_due_scheduled_tasks
-
-    run_due_scheduled_tasks()

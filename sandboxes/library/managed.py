@@ -18,7 +18,7 @@ from sandboxes import image
 from sandboxes.backends import get_backend
 from sandboxes.backends.base import MANAGED_AREA, WORKSPACE, BackendError
 from sandboxes.models import LibraryFile, Sandbox, Session, Skill
-from sandboxes.services import clean_relative_path, session_workspace
+from sandboxes.runtime.services import clean_relative_path, session_workspace
 from sandboxes.skills import skill_files
 
 logger = logging.getLogger(__name__)
