@@ -269,7 +269,7 @@ QUOR_EXTRA_CA_BUNDLE = env("QUOR_EXTRA_CA_BUNDLE", "/etc/ssl/certs/ca-certificat
 # Longest an agent turn may run, in seconds; most model calls and tool steps it takes.
 QUOR_AGENT_TURN_TIMEOUT = envint("QUOR_AGENT_TURN_TIMEOUT", 3600)
 QUOR_AGENT_MAX_STEPS = envint("QUOR_AGENT_MAX_STEPS", 30)
-# How often a working agent tells Quor it is alive, in seconds; six missed beats lose the turn.
+# How often a working agent tells Quor it is alive, in seconds (docs: "Sessions and the agent").
 QUOR_AGENT_HEARTBEAT_SECONDS = envint("QUOR_AGENT_HEARTBEAT_SECONDS", 15)
 # Attachments of a new session: how many, and how large each may be (bytes).
 QUOR_MAX_ATTACHMENTS = envint("QUOR_MAX_ATTACHMENTS", 10)

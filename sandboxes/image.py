@@ -2,38 +2,77 @@
 commands that drive them. Every backend runs the same image, so these argv lists work
 through any backend's exec; nothing else in Quor spells a path inside the image."""
 
-from sandboxes.backends.base import MANAGED_AREA
+# The image's layout: the sandbox user, its workspace, each session's directory.
+SANDBOX_UID = 1000
+WORKSPACE = "/workspace"
+SESSIONS_DIR = "/workspace/sessions"
+# Skills and the User Library, written by Quor (sandboxes/library/managed.py); not in
+# snapshots.
+MANAGED_AREA = ".quor-managed"
 
+# Quor's programs in the image (deploy/sandbox/runtime/, copied to /opt/quor): the file
+# helper, which runs as the sandbox user and refuses symlinks and '..', and the agent.
+FS_HELPER = ["python3", "/opt/quor/quor_fs.py"]
 AGENT = ["python3", "/opt/quor/agent.py"]
 
-# The agent's log, in its session's directory (`.quor/` is the runtime's own).
+# The agent's files in its session's directory (`.quor/` is the runtime's own): the
+# message it answers, its output (the last turn's) and its exit status once it ended.
+NEXT_MESSAGE = ".quor/next-message.txt"
 AGENT_LOG = ".quor/agent.log"
+AGENT_EXIT = ".quor/agent.exit"
 
 # Beyond the turn's time limit, `timeout` gives the agent this long after SIGTERM.
 AGENT_KILL_AFTER_S = 10
 
 
-def agent_argv(session_id: str, session_dir: str) -> list[str]:
-    return [*AGENT, "--session-id", session_id, "--session-dir", session_dir]
+def agent_argv(session_id: str, session_dir: str, turn: int) -> list[str]:
+    return [*AGENT, "--session-id", session_id, "--turn", str(turn), "--session-dir", session_dir]
 
 
-def start_agent_argv(session_id: str, session_dir: str, *, time_limit_s: int) -> list[str]:
-    """Starts the agent in a session of its own and returns at once: the exec that runs
-    this ends in milliseconds, and the agent reports its events (and heartbeats) to Quor
-    itself. `timeout` stops it at the turn's time limit even if Quor never does. The
-    script is fixed; the session's values are only arguments ("$0", "$@")."""
+def agent_pattern(session_id: str) -> str:
+    """Matches the command line of any agent of the session, and nothing else: not
+    `timeout` or a shell around it, not another session's agent."""
+    return f"^{' '.join(AGENT)} --session-id {session_id} "
+
+
+# Stops what is left of the session's earlier agents, then starts this one in a session
+# of its own and returns: the exec ends in milliseconds. The inner shell writes the
+# agent's output to its log and, when it ends, its exit status. Both scripts are fixed;
+# the session's values are only arguments.
+_START_AGENT = 'pkill -TERM -f "$1"; shift; exec setsid -f sh -c "$@"'
+_RUN_AGENT = (
+    'exec >"$0/' + AGENT_LOG + '" 2>&1 </dev/null; rm -f "$0/' + AGENT_EXIT + '"; '
+    '"$@"; echo $? >"$0/' + AGENT_EXIT + '"'
+)
+
+
+def start_agent_argv(
+    session_id: str, session_dir: str, turn: int, *, time_limit_s: int
+) -> list[str]:
+    """The agent reports its events (and heartbeats) to Quor itself; `timeout` stops it
+    at the turn's time limit even if Quor never does."""
     return [
-        "setsid", "-f", "sh", "-c", 'exec "$@" >>"$0/' + AGENT_LOG + '" 2>&1 </dev/null',
-        session_dir,
+        "sh", "-c", _START_AGENT, "sh", agent_pattern(session_id), _RUN_AGENT, session_dir,
         "timeout", f"--kill-after={AGENT_KILL_AFTER_S}", f"{time_limit_s}s",
-        *agent_argv(session_id, session_dir),
+        *agent_argv(session_id, session_dir, turn),
     ]  # fmt: skip
 
 
 def stop_agent_argv(session_id: str) -> list[str]:
-    """SIGTERM to the session's agent: the pattern is anchored, so it matches the agent
-    only, not `timeout` or this command's own wrapper."""
-    return ["pkill", "-TERM", "-f", f"^{' '.join(AGENT)} --session-id {session_id} "]
+    return ["pkill", "-TERM", "-f", agent_pattern(session_id)]
+
+
+# Prints `running` while an agent of the session runs; else `exited STATUS` (or
+# `exited unknown`) and the end of its log.
+_AGENT_STATE = (
+    'if pgrep -f "$1" >/dev/null; then echo running; else '
+    'echo "exited $(cat "$2/' + AGENT_EXIT + '" 2>/dev/null || echo unknown)"; '
+    'tail -c 400 "$2/' + AGENT_LOG + '" 2>/dev/null; fi'
+)
+
+
+def agent_state_argv(session_id: str, session_dir: str) -> list[str]:
+    return ["sh", "-c", _AGENT_STATE, "sh", agent_pattern(session_id), session_dir]
 
 
 # Every process of the sandbox user but the runtime's own (its oldest: the entrypoint's

@@ -147,7 +147,16 @@ class AgentEventPageSerializer(serializers.Serializer):
     results = AgentEventSerializer(many=True)
 
 
-class RuntimeEventsSerializer(StrictSerializer):
+class RuntimeHeartbeatSerializer(StrictSerializer):
+    turn = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="The turn the agent works on (the seq of its `session_started`): a post "
+        "for a turn that has ended is refused with 409 `sessions.turn_ended`.",
+    )
+
+
+class RuntimeEventsSerializer(RuntimeHeartbeatSerializer):
     events = serializers.ListField(child=serializers.JSONField(), allow_empty=False)
 
 

@@ -25,6 +25,7 @@ from sandboxes.api.serializers import (
     LibraryFileSerializer,
     MessageSerializer,
     RuntimeEventsSerializer,
+    RuntimeHeartbeatSerializer,
     RuntimeIdentitySerializer,
     RuntimeWebAppSerializer,
     SandboxRequestSerializer,
@@ -354,22 +355,30 @@ class RuntimeSessionEventsView(APIView):
         serializer = RuntimeEventsSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         last_seq = sessions.session_events_report(
-            session=session, events=serializer.validated_data["events"]
+            session=session,
+            events=serializer.validated_data["events"],
+            turn=serializer.validated_data.get("turn"),
         )
         return Response({"last_seq": last_seq})
 
 
 class RuntimeSessionHeartbeatView(APIView):
     """Sandbox-facing: the agent runtime says it is still working on the session's turn
-    (409 `sessions.not_running` once the turn has ended: the agent then stops)."""
+    (409 `sessions.turn_ended` once its turn has ended: the agent then stops)."""
 
     authentication_classes = [SandboxCredentialAuthentication]
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(parameters=[SESSION_ID], request=None, responses={204: None})
+    @extend_schema(
+        parameters=[SESSION_ID], request=RuntimeHeartbeatSerializer, responses={204: None}
+    )
     def post(self, request, session_id):
         session = _runtime_session(request, session_id)
-        sessions.session_agent_heartbeat(session=session)
+        serializer = RuntimeHeartbeatSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        sessions.session_agent_heartbeat(
+            session=session, turn=serializer.validated_data.get("turn")
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

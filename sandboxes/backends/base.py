@@ -10,12 +10,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-SANDBOX_UID = 1000
-WORKSPACE = "/workspace"
-SESSIONS_DIR = "/workspace/sessions"
-# Skills and the User Library, written by Quor (sandboxes/managed.py); not in snapshots.
-MANAGED_AREA = ".quor-managed"
-FS_HELPER = ["python3", "/opt/quor/quor_fs.py"]
+from sandboxes.image import FS_HELPER, WORKSPACE
 
 
 class BackendError(Exception):

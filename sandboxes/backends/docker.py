@@ -25,8 +25,6 @@ from docker.types import Mount
 
 from sandboxes.backends import transfer
 from sandboxes.backends.base import (
-    SANDBOX_UID,
-    WORKSPACE,
     BackendError,
     BackendUnavailable,
     ExecResult,
@@ -38,6 +36,7 @@ from sandboxes.backends.base import (
     validate_spec,
 )
 from sandboxes.backends.execution import Execution, Start, run_bounded, stream_stdout
+from sandboxes.image import SANDBOX_UID, WORKSPACE
 
 LABEL_SANDBOX = "org.quor.sandbox-id"
 LABEL_DEPLOYMENT = "org.quor.deployment"

@@ -36,8 +36,6 @@ from pathlib import Path
 from typing import ClassVar
 
 from sandboxes.backends.base import (
-    SANDBOX_UID,
-    WORKSPACE,
     BackendError,
     BackendUnavailable,
     ExecResult,
@@ -62,6 +60,7 @@ from sandboxes.backends.transfer import (
     tar_failed,
     unreadable_if_denied,
 )
+from sandboxes.image import SANDBOX_UID, WORKSPACE
 
 RUNTIME_FILES = Path(__file__).resolve().parents[2] / "deploy" / "sandbox" / "runtime"
 HOME = "/home/sandbox"

@@ -15,8 +15,9 @@ import secrets
 import socket
 from collections.abc import Iterable, Iterator
 
-from sandboxes.backends.base import WORKSPACE, BackendError, UnreadableFiles
+from sandboxes.backends.base import BackendError, UnreadableFiles
 from sandboxes.backends.execution import STDERR, STDOUT, Start, with_timeout
+from sandboxes.image import WORKSPACE
 
 TRANSFER_TIMEOUT_S = 3600
 CONNECT_TIMEOUT_S = 30

@@ -16,7 +16,8 @@ from quor.filestore import blob_read
 from quor.lib.errors import QuorError
 from sandboxes import image
 from sandboxes.backends import get_backend
-from sandboxes.backends.base import MANAGED_AREA, WORKSPACE, BackendError
+from sandboxes.backends.base import BackendError
+from sandboxes.image import MANAGED_AREA, WORKSPACE
 from sandboxes.models import LibraryFile, Sandbox, Session, Skill
 from sandboxes.runtime.services import clean_relative_path, session_workspace
 from sandboxes.skills import skill_files

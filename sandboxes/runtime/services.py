@@ -34,8 +34,6 @@ from quor.lib.tasks import send_on_commit
 from sandboxes import image
 from sandboxes.backends import get_backend
 from sandboxes.backends.base import (
-    SESSIONS_DIR,
-    WORKSPACE,
     BackendError,
     BackendUnavailable,
     ExecResult,
@@ -43,6 +41,7 @@ from sandboxes.backends.base import (
     RuntimeMissing,
     SandboxSpec,
 )
+from sandboxes.image import SESSIONS_DIR, WORKSPACE
 from sandboxes.models import (
     Sandbox,
     Session,

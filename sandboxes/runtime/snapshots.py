@@ -16,7 +16,8 @@ from django.db import transaction
 from quor.filestore import blob_chunks, blob_delete, blob_open, blob_put
 from quor.lib.errors import CorruptBlob
 from quor.models import StoredBlob
-from sandboxes.backends.base import MANAGED_AREA, UnreadableFiles
+from sandboxes.backends.base import UnreadableFiles
+from sandboxes.image import MANAGED_AREA
 from sandboxes.models import Sandbox, Snapshot
 from sandboxes.runtime.tarstream import without_paths
 

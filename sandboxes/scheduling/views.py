@@ -1,5 +1,5 @@
 """The scheduled tasks UI: server-rendered pages over the services of
-sandboxes.scheduled (the same ones the API uses)."""
+sandboxes.scheduling.services (the same ones the API uses)."""
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required

@@ -16,6 +16,7 @@ from quor.lib.tasks import send, send_on_commit
 from sandboxes import image
 from sandboxes.backends import get_backend
 from sandboxes.backends.base import BackendError
+from sandboxes.image import WORKSPACE
 from sandboxes.library.managed import sync_managed_area
 from sandboxes.models import AgentEvent, Attachment, Sandbox, Session, Skill
 from sandboxes.runtime import services
@@ -36,8 +37,10 @@ OPEN_STATUSES = (Session.Status.PENDING, Session.Status.RUNNING)
 MAX_EVENTS_PER_REPORT = 1000
 
 
-def session_events_report(*, session: Session, events) -> int:
-    """Events from the agent runtime: validated, stored, published; returns the last seq."""
+def session_events_report(*, session: Session, events, turn: int | None = None) -> int:
+    """Events from the agent runtime: validated, stored, published; returns the last seq.
+    An agent that says which turn it works on is refused once that turn has ended (an
+    agent without a turn is one started before turns were given to it)."""
     if not isinstance(events, list) or not events or len(events) > MAX_EVENTS_PER_REPORT:
         raise InvalidInput(
             f"events must be a list of 1 to {MAX_EVENTS_PER_REPORT} events.",
@@ -52,6 +55,8 @@ def session_events_report(*, session: Session, events) -> int:
         checked.append((kind, payload))
     if session.status == Session.Status.CANCELLED:
         raise Conflict("The session was cancelled.", code="sessions.cancelled")
+    if turn is not None and not _turn_is_current(session.pk, turn):
+        raise Conflict(TURN_ENDED_MESSAGE, code="sessions.turn_ended")
     outcome = next((RUNTIME_EVENT_KINDS[k] for k, _ in checked if RUNTIME_EVENT_KINDS[k]), None)
     Session.objects.filter(pk=session.pk, status=Session.Status.RUNNING).update(
         agent_seen_at=timezone.now()
@@ -94,8 +99,10 @@ def sessions_requeue_pending(*, older_than: float = 60) -> int:
 
 
 # While it runs, the agent reports at least every QUOR_AGENT_HEARTBEAT_SECONDS (a
-# heartbeat when it has nothing else to say); a turn whose agent missed this many beats
-# in a row is lost.
+# heartbeat when it has nothing else to say). After QUIET_HEARTBEATS missed beats the
+# sandbox is asked whether it still runs; a turn whose sandbox cannot be asked for
+# MISSED_HEARTBEATS beats is lost.
+QUIET_HEARTBEATS = 2
 MISSED_HEARTBEATS = 6
 # Starting the agent is one short exec; the turn itself holds no worker.
 AGENT_START_TIMEOUT_SECONDS = 30
@@ -111,23 +118,72 @@ LOST_TURN_MESSAGE = (
 TIMED_OUT_MESSAGE = "The agent ran past its time limit and was stopped."
 
 
-def session_agent_heartbeat(*, session: Session) -> None:
-    """The running turn's agent is alive. A session that is not running refuses it, and
-    its agent stops: its turn was ended (cancelled, or found lost) without it."""
-    alive = Session.objects.filter(pk=session.pk, status=Session.Status.RUNNING).update(
+TURN_ENDED_MESSAGE = "This turn has ended; its agent must stop."
+
+
+def _turn_is_current(session_id, turn: int) -> bool:
+    """The session is running the turn that began with event `turn`."""
+    latest = (
+        AgentEvent.objects.filter(session_id=session_id, kind="session_started")
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    running = Session.objects.filter(pk=session_id, status=Session.Status.RUNNING).exists()
+    return running and latest == turn
+
+
+def session_agent_heartbeat(*, session: Session, turn: int | None = None) -> None:
+    """The running turn's agent is alive. Refused once its turn has ended (cancelled,
+    found lost, or a newer turn began): the agent then stops."""
+    current = turn is None or _turn_is_current(session.pk, turn)
+    alive = current and Session.objects.filter(pk=session.pk, status=Session.Status.RUNNING).update(
         agent_seen_at=timezone.now()
     )
     if not alive:
-        raise Conflict("The session is not running.", code="sessions.not_running")
+        raise Conflict(TURN_ENDED_MESSAGE, code="sessions.turn_ended")
+
+
+def _agent_state(session: Session) -> tuple[str, str] | None:
+    """What the sandbox says of the session's agent: ("running", "") or ("exited",
+    "STATUS: last line of its log"); None if the sandbox cannot be asked."""
+    sandbox = session.sandbox
+    argv = image.agent_state_argv(str(session.pk), services.session_workspace(session))
+    try:
+        result = get_backend(sandbox.backend).exec(
+            str(sandbox.pk), argv, cwd=WORKSPACE, env={}, timeout_s=30, output_limit=8192
+        )
+    except BackendError:
+        return None
+    first, _, log = result.stdout.decode(errors="replace").partition("\n")
+    if first == "running":
+        return "running", ""
+    if first.startswith("exited "):
+        last = (log.strip().splitlines() or ["no output"])[-1][-300:]
+        return "exited", f"{first.removeprefix('exited ')}: {last}"
+    return None
+
+
+def _silent_agent_outcome(session: Session, now) -> tuple[str, str] | None:
+    """An agent that missed heartbeats: still running (Quor was out of its reach) counts
+    as seen now; one that ended without ending its turn crashed; a sandbox that cannot
+    be asked for six beats has lost it."""
+    state = _agent_state(session)
+    if state is not None and state[0] == "running":
+        Session.objects.filter(pk=session.pk, status=Session.Status.RUNNING).update(
+            agent_seen_at=now
+        )
+        return None
+    if state is not None:
+        return "agent.crashed", f"The agent stopped unexpectedly (exit status {state[1]})"
+    beats = timedelta(seconds=MISSED_HEARTBEATS * settings.QUOR_AGENT_HEARTBEAT_SECONDS)
+    if session.agent_seen_at < now - beats:
+        return "agent.lost", LOST_TURN_MESSAGE
+    return None
 
 
 def _turn_outcome_if_over(session: Session, turn: AgentEvent, now) -> tuple[str, str] | None:
     """Why a running turn is over though its agent never said so, if it is."""
-    silent_since = now - timedelta(
-        seconds=MISSED_HEARTBEATS * settings.QUOR_AGENT_HEARTBEAT_SECONDS
-    )
-    if session.agent_seen_at is not None and session.agent_seen_at < silent_since:
-        return "agent.lost", LOST_TURN_MESSAGE
     no_runtime_since = now - timedelta(seconds=LOST_TURN_NO_RUNTIME_SECONDS)
     without_runtime = (Sandbox.State.ABSENT, Sandbox.State.FAILED, Sandbox.State.STOPPED,
                        Sandbox.State.SLEEPING)  # fmt: skip
@@ -138,29 +194,35 @@ def _turn_outcome_if_over(session: Session, turn: AgentEvent, now) -> tuple[str,
     ):
         return "agent.lost", LOST_TURN_MESSAGE
     time_limit = timedelta(seconds=settings.QUOR_AGENT_TURN_TIMEOUT)
-    if session.agent_seen_at is None:  # no heartbeats to tell a live agent from a lost one
+    if session.agent_seen_at is None:  # not started yet, or started before heartbeats
         if turn.created_at < now - time_limit - timedelta(seconds=LOST_TURN_GRACE_SECONDS):
             return "agent.lost", LOST_TURN_MESSAGE
-    elif turn.created_at < now - time_limit:
+        return None
+    if turn.created_at < now - time_limit:
         return "agent.timeout", TIMED_OUT_MESSAGE
+    quiet = timedelta(seconds=QUIET_HEARTBEATS * settings.QUOR_AGENT_HEARTBEAT_SECONDS)
+    if session.agent_seen_at < now - quiet:
+        return _silent_agent_outcome(session, now)
     return None
 
 
 def sessions_fail_lost_turns() -> int:
-    """Ends the turns no agent will end: its runtime died (the sandbox was stopped, the
-    host restarted) or it stopped reporting, or it ran past its time limit. A session
+    """Ends the turns no agent will end: its agent crashed, its runtime died (the
+    sandbox was stopped, the host restarted), or it ran past its time limit. A session
     left `running` would also keep its sandbox from ever going to sleep. An agent that
-    may still run is stopped."""
+    may still run is stopped first, while its turn is still the session's newest: a
+    follow-up's agent can never be the one stopped."""
     now = timezone.now()
-    ended = []
+    ended = 0
     for session in Session.objects.filter(status=Session.Status.RUNNING).select_related("sandbox"):
         turn = session.events.filter(kind="session_started").order_by("-seq").first()
         outcome = turn and _turn_outcome_if_over(session, turn, now)
-        if outcome and _fail(session, turn.seq, *outcome):
-            ended.append(session)
-    for session in ended:
-        services.stop_agent_process(session=session)
-    return len(ended)
+        if not outcome:
+            continue
+        if outcome[0] != "agent.crashed":
+            services.stop_agent_process(session=session)
+        ended += _fail(session, turn.seq, *outcome)
+    return ended
 
 
 def _check_attachments(attachments) -> None:
@@ -262,16 +324,22 @@ def session_message(*, user, session: Session, text) -> Session:
 
 
 def session_cancel(*, user, session: Session) -> Session:
-    """Stops the agent (it gets SIGTERM in the sandbox) and records that it was cancelled."""
+    """Stops the agent (it gets SIGTERM in the sandbox) and records that it was cancelled.
+    The agent is stopped first, while its turn is the session's newest: a follow-up's
+    agent can never be the one stopped. One that starts in between is refused at its
+    first heartbeat and stops itself."""
+    not_running = Conflict("The session is not running.", code="sessions.not_running")
+    if session.status not in OPEN_STATUSES:
+        raise not_running
+    services.stop_agent_process(session=session)
     with transaction.atomic():
         updated = Session.objects.filter(pk=session.pk, status__in=OPEN_STATUSES).update(
             status=Session.Status.CANCELLED, finished_at=timezone.now(), updated_at=timezone.now()
         )
         if not updated:
-            raise Conflict("The session is not running.", code="sessions.not_running")
+            raise not_running
         session_events_append(session=session, events=[("cancelled", {"by": user.email})])
         session_status_changed.send(Session, session=session, status=Session.Status.CANCELLED)
-    services.stop_agent_process(session=session)
     session.refresh_from_db()
     return session
 
@@ -337,7 +405,8 @@ def _latest_user_message(session: Session) -> str:
 
 def _end_turn(session: Session, turn_started_seq: int, status, events=()) -> bool:
     """Ends this turn, unless the runtime already did or a newer turn has started (a
-    follow-up may start the next turn before this task has finished). True if it did."""
+    follow-up may start the next turn before the one who ends this one acts). True if
+    it did."""
     with transaction.atomic():
         current = Session.objects.select_for_update().get(pk=session.pk)
         newer = session.events.filter(kind="session_started", seq__gt=turn_started_seq)
@@ -357,6 +426,17 @@ def _fail(session: Session, turn_started_seq: int, code: str, message: str) -> b
     )  # fmt: skip
 
 
+def _agent_may_start(session: Session, turn: int) -> bool:
+    """The turn is still the session's running one (not cancelled or ended while its
+    workspace was prepared); from now on its agent's silence counts."""
+    with transaction.atomic():
+        Session.objects.select_for_update().filter(pk=session.pk).first()
+        if not _turn_is_current(session.pk, turn):
+            return False
+        Session.objects.filter(pk=session.pk).update(agent_seen_at=timezone.now())
+    return True
+
+
 def session_run_turn(*, session_id) -> None:
     """Starts the agent on the session's newest message, in the user's sandbox, as the
     sandbox user, and returns: the agent ends the turn with its own events, and
@@ -368,9 +448,8 @@ def session_run_turn(*, session_id) -> None:
     provider = session.model_provider
     started_payload = {"model": session.model_name, "provider": provider.display_name}
     with transaction.atomic():  # the turn starts with its event, or not at all
-        now = timezone.now()
         started = Session.objects.filter(pk=session.pk, status=Session.Status.PENDING).update(
-            status=Session.Status.RUNNING, updated_at=now, agent_seen_at=now
+            status=Session.Status.RUNNING, updated_at=timezone.now(), agent_seen_at=None
         )
         if not started:
             return
@@ -385,15 +464,17 @@ def session_run_turn(*, session_id) -> None:
         sync_managed_area(session=session)
         backend, sandbox_id = get_backend(session.sandbox.backend), str(session.sandbox_id)
         for name, content in (
-            (".quor/next-message.txt", _latest_user_message(session)),
+            (image.NEXT_MESSAGE, _latest_user_message(session)),
             ("AGENTS.md", agents_md(session)),
         ):
             data = content.encode()
             backend.write_file(sandbox_id, workspace, name, [data], len(data))
-        started = backend.exec(
+        if not _agent_may_start(session, turn):
+            return
+        launch = backend.exec(
             sandbox_id,
             image.start_agent_argv(
-                str(session.pk), workspace, time_limit_s=settings.QUOR_AGENT_TURN_TIMEOUT
+                str(session.pk), workspace, turn, time_limit_s=settings.QUOR_AGENT_TURN_TIMEOUT
             ),
             cwd=workspace,
             env={
@@ -421,6 +502,6 @@ def session_run_turn(*, session_id) -> None:
             f"The sandbox could not run the agent: {exc}",
         )
         return
-    if started.exit_code != 0:
-        detail = started.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+    if launch.exit_code != 0:
+        detail = launch.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
         _fail(session, turn, "agent.crashed", f"The agent could not be started: {detail[0]}")

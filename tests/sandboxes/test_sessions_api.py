@@ -165,6 +165,54 @@ def test_the_runtime_reports_events_for_its_own_sandboxs_sessions_only(owner, co
     assert not foreign.events.exists()
 
 
+def runtime_client(session):
+    from rest_framework.test import APIClient
+
+    from sandboxes.models import hash_token
+
+    Sandbox.objects.filter(pk=session.sandbox_id).update(
+        runtime_credential_hash=hash_token("cred-turns")
+    )
+    runtime = APIClient()
+    runtime.credentials(HTTP_AUTHORIZATION="Bearer cred-turns")
+    return runtime
+
+
+def test_an_agent_of_a_turn_that_ended_is_refused_and_an_agent_of_the_current_turn_is_seen(
+    owner,
+):
+    session = factories.make_session(owner, status=Session.Status.RUNNING)
+    [old_turn] = session_events_append(session=session, events=[("session_started", {})])
+    [new_turn] = session_events_append(session=session, events=[("session_started", {})])
+    runtime = runtime_client(session)
+    heartbeat = f"/api/v1/runtime/sessions/{session.pk}/heartbeat/"
+    events = f"/api/v1/runtime/sessions/{session.pk}/events/"
+    text = [{"kind": "assistant_text", "payload": {"text": "still here"}}]
+
+    for refused in (
+        runtime.post(heartbeat, {"turn": old_turn.seq}, format="json"),
+        runtime.post(events, {"events": text, "turn": old_turn.seq}, format="json"),
+    ):
+        assert (refused.status_code, refused.json()["error"]["code"]) == (
+            409, "sessions.turn_ended"
+        )  # fmt: skip
+    assert session.events.count() == 2  # nothing stored
+    session.refresh_from_db()
+    assert session.agent_seen_at is None
+
+    assert runtime.post(heartbeat, {"turn": new_turn.seq}, format="json").status_code == 204
+    reported = runtime.post(events, {"events": text, "turn": new_turn.seq}, format="json")
+    assert reported.json() == {"last_seq": 3}
+    session.refresh_from_db()
+    assert session.agent_seen_at is not None
+
+    Session.objects.filter(pk=session.pk).update(status=Session.Status.WAITING)
+    ended = runtime.post(heartbeat, {"turn": new_turn.seq}, format="json")
+    assert (ended.status_code, ended.json()["error"]["code"]) == (409, "sessions.turn_ended")
+    bad = runtime.post(heartbeat, {"turn": "soon"}, format="json")
+    assert bad.status_code == 400
+
+
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_reports_get_consecutive_seqs_without_duplicates(owner):
     import threading

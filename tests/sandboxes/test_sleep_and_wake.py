@@ -10,8 +10,8 @@ from django.utils import timezone
 from quor.filestore import blob_read
 from quor.lib.errors import CorruptBlob
 from quor.models import StoredBlob
-from sandboxes.backends.base import WORKSPACE
 from sandboxes.backends.docker import DockerBackend
+from sandboxes.image import WORKSPACE
 from sandboxes.library.files import library_file_put
 from sandboxes.models import Sandbox, Snapshot
 from sandboxes.runtime import services

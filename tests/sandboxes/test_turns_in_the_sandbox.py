@@ -3,6 +3,7 @@ the agent's own events end it, and its heartbeats tell a live turn from a lost o
 real Celery worker (two processes), real sandboxes, the real proxy and API."""
 
 import time
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -10,6 +11,9 @@ from django.conf import settings
 from django.utils import timezone
 
 from quor.models import ModelProvider
+from sandboxes import image
+from sandboxes.backends import get_backend
+from sandboxes.image import SESSIONS_DIR, WORKSPACE
 from sandboxes.models import AgentEvent, Session
 from sandboxes.runtime import services
 from sandboxes.sessions import services as sessions
@@ -64,11 +68,7 @@ def let_go(session: Session) -> None:
 
 
 def agent_runs(session: Session) -> bool:
-    found = services.sandbox_exec(
-        user=session.owner,
-        argv=["pgrep", "-f", f"^python3 /opt/quor/agent.py --session-id {session.pk}"],
-    )
-    return found.exit_code == 0
+    return agents_of(session) != ""
 
 
 def test_more_turns_than_worker_processes_all_run_at_once_and_all_finish(org, stack, model_choice):
@@ -130,3 +130,95 @@ def test_a_live_turn_past_its_time_limit_is_ended_as_timed_out_and_its_agent_sto
     wait_until(lambda: not agent_runs(session), 2, "the agent has stopped")
     held_command = services.sandbox_exec(user=owner, argv=["pgrep", "-f", "until \\[ -e go"])
     assert held_command.exit_code == 1
+
+
+def agents_of(session: Session) -> str:
+    """The command lines of the session's agents running in its sandbox."""
+    found = services.sandbox_exec(
+        user=session.owner, argv=["pgrep", "-a", "-f", image.agent_pattern(str(session.pk))]
+    )
+    return found.stdout.decode()
+
+
+def test_an_agent_that_dies_without_a_word_is_ended_as_crashed_with_its_exit_status(
+    owner, stack, model_choice
+):
+    session = start_held_turn(owner, model_choice)
+    killed = services.sandbox_exec(
+        user=owner, argv=["pkill", "-KILL", "-f", image.agent_pattern(str(session.pk))]
+    )
+    assert killed.exit_code == 0
+
+    wait_until(
+        sessions.sessions_fail_lost_turns,
+        (sessions.QUIET_HEARTBEATS + 4) * settings.QUOR_AGENT_HEARTBEAT_SECONDS,
+        "the sweep finds the agent gone",
+    )
+    session.refresh_from_db()
+    assert session.status == Session.Status.FAILED
+    [error] = AgentEvent.objects.filter(session=session, kind="error")
+    assert error.payload["code"] == "agent.crashed"
+    assert "exit status 137" in error.payload["message"]
+
+
+def test_an_agent_that_could_not_reach_quor_but_still_works_keeps_its_turn(
+    owner, stack, model_choice
+):
+    session = start_held_turn(owner, model_choice)
+    long_ago = timezone.now() - timedelta(minutes=10)  # its heartbeats never arrived
+    Session.objects.filter(pk=session.pk).update(agent_seen_at=long_ago)
+
+    assert sessions.sessions_fail_lost_turns() == 0
+
+    session.refresh_from_db()
+    assert session.status == Session.Status.RUNNING
+    assert session.agent_seen_at > long_ago
+    assert agent_runs(session)
+    let_go(session)
+    wait_until(
+        lambda: Session.objects.get(pk=session.pk).status == Session.Status.WAITING,
+        60,
+        "the turn finishes",
+    )
+
+
+def test_starting_an_agent_stops_the_sessions_left_over_one_and_records_its_exit(
+    running_sandbox,
+):
+    """The start script, in a real sandbox: an agent of the session still running (its
+    turn ended while it could not be told) is stopped; the new one's output and exit
+    status land in the session's directory (here it exits at once: Quor knows no such
+    session)."""
+    backend, sandbox_id = get_backend(), str(running_sandbox.pk)
+    session_id, directory = str(uuid.uuid4()), f"{SESSIONS_DIR}/{uuid.uuid4()}"
+
+    def run(argv):
+        return backend.exec(sandbox_id, argv, cwd=WORKSPACE, env={}, timeout_s=30,
+                            output_limit=1 << 16)  # fmt: skip
+
+    assert run(image.make_session_directory_argv(directory)).exit_code == 0
+    backend.write_file(sandbox_id, directory, image.NEXT_MESSAGE, [b"Hello"], 5)
+    left_over = f"{' '.join(image.agent_argv(session_id, directory, 1))} "
+    other_id = str(uuid.uuid4())
+    other_session = f"{' '.join(image.agent_argv(other_id, directory, 1))} "
+    for name in (left_over, other_session):  # processes whose command lines say so
+        run(["setsid", "-f", "bash", "-c", 'exec -a "$0" sleep 60', name])
+    assert run(["pgrep", "-f", image.agent_pattern(session_id)]).exit_code == 0
+
+    started = run(image.start_agent_argv(session_id, directory, 2, time_limit_s=60))
+
+    assert started.exit_code == 0
+    state = wait_until(
+        lambda: (
+            (out := run(image.agent_state_argv(session_id, directory)).stdout.decode()).startswith(
+                "exited"
+            )
+            and out
+        ),
+        10,
+        "the new agent has exited",
+    )
+    assert state.startswith("exited 3\n")
+    assert "agent: Could not post events to Quor" in state  # its stderr, from its log
+    assert run(["pgrep", "-f", image.agent_pattern(session_id)]).exit_code == 1  # stopped
+    assert run(["pgrep", "-f", image.agent_pattern(other_id)]).exit_code == 0  # not its own

@@ -161,12 +161,13 @@ class Events:
     """Posts events to Quor's API. Text deltas wait in a buffer (at most FLUSH_INTERVAL,
     and never past another event), so a fast stream is not one request per token."""
 
-    def __init__(self, config, session_id):
+    def __init__(self, config, session_id, turn=None):
         session = urllib.parse.quote(session_id, safe="")
+        self.turn = turn  # sent with every post: Quor refuses posts of a turn that ended
         self.url = f"{config.api_url}/api/v1/runtime/sessions/{session}/events/"
         self.heartbeat_url = f"{config.api_url}/api/v1/runtime/sessions/{session}/heartbeat/"
         self.token = config.api_token
-        self.last_posted = time.monotonic()
+        self.last_posted = None  # the first heartbeat goes at once
         self._text = ""  # delta text not posted yet
         self._since = 0.0
         self._buffer_lock = threading.Lock()  # guards _text and _since
@@ -220,11 +221,13 @@ class Events:
         this agent (cancelled, or found lost): it stops."""
         headers = {"Authorization": f"Bearer {self.token}"}
         while True:
-            time.sleep(max(0.0, self.last_posted + interval - time.monotonic()))
-            if time.monotonic() - self.last_posted < interval:
-                continue
+            if self.last_posted is not None:
+                time.sleep(max(0.0, self.last_posted + interval - time.monotonic()))
+                if time.monotonic() - self.last_posted < interval:
+                    continue
             try:
-                with post_json(self.heartbeat_url, {}, headers, EVENT_POST_TIMEOUT) as response:
+                body = {"turn": self.turn} if self.turn else {}
+                with post_json(self.heartbeat_url, body, headers, EVENT_POST_TIMEOUT) as response:
                     response.read()
             except urllib.error.HTTPError as exc:
                 if exc.code == 409:
@@ -242,9 +245,8 @@ class Events:
         problem = ""
         for delay in (*EVENT_RETRY_DELAYS, None):
             try:
-                with post_json(
-                    self.url, {"events": events}, headers, EVENT_POST_TIMEOUT
-                ) as response:
+                body = {"events": events, **({"turn": self.turn} if self.turn else {})}
+                with post_json(self.url, body, headers, EVENT_POST_TIMEOUT) as response:
                     response.read()
                 self.last_posted = time.monotonic()
                 return
@@ -1135,6 +1137,7 @@ def on_sigterm(signum, frame):
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Quor's agent runtime (one user turn).")
     parser.add_argument("--session-id", required=True)
+    parser.add_argument("--turn", type=int, help="the turn this run is for (its first seq)")
     parser.add_argument("--session-dir", required=True)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, on_sigterm)
@@ -1150,7 +1153,7 @@ def main(argv=None):
     if urllib.parse.urlsplit(config.api_url).scheme not in ("http", "https"):
         print("agent: QUOR_API_URL is not an http(s) URL", file=sys.stderr)
         return EXIT_QUOR_UNREACHABLE
-    events = Events(config, args.session_id)
+    events = Events(config, args.session_id, args.turn)
     events.start_heartbeat(config.heartbeat_interval)
     try:
         if config.problems:  # the message stays, for a run with a better configuration

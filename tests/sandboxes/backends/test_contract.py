@@ -15,7 +15,6 @@ import uuid
 import pytest
 
 from sandboxes.backends.base import (
-    WORKSPACE,
     BackendError,
     BackendUnavailable,
     FileRefused,
@@ -24,6 +23,7 @@ from sandboxes.backends.base import (
     UnreadableFiles,
     UnsafeSandboxSpec,
 )
+from sandboxes.image import WORKSPACE
 from tests.sandboxes.backends.conftest import new_spec
 
 

@@ -10,9 +10,10 @@ import tarfile
 import pytest
 
 from sandboxes.backends import execution, transfer
-from sandboxes.backends.base import WORKSPACE, BackendError
+from sandboxes.backends.base import BackendError
 from sandboxes.backends.execution import STDERR, STDOUT, BoundedOutput
 from sandboxes.backends.memory import MemoryBackend
+from sandboxes.image import WORKSPACE
 from tests.sandboxes.backends.conftest import new_spec
 
 

@@ -6,8 +6,9 @@ from django.test import override_settings
 
 from quor.checks import check_sandbox_backend
 from sandboxes.backends import get_backend
-from sandboxes.backends.base import WORKSPACE, BackendError, BackendUnavailable, RuntimeMissing
+from sandboxes.backends.base import BackendError, BackendUnavailable, RuntimeMissing
 from sandboxes.backends.memory import MemoryBackend
+from sandboxes.image import WORKSPACE
 from sandboxes.models import Sandbox
 from sandboxes.runtime import services
 from tests.sandboxes.backends.conftest import new_spec
@@ -28,8 +29,14 @@ def test_start_up_refuses_the_memory_backend_outside_development(backend, debug,
         assert [error.id for error in check_sandbox_backend(None)] == expected
 
 
+@override_settings(DEBUG=True)
 def test_the_memory_backend_is_registered_as_memory():
     assert isinstance(get_backend("memory"), MemoryBackend)
+
+
+def test_no_process_gets_the_memory_backend_outside_development():
+    with pytest.raises(BackendError, match="for tests only"):
+        get_backend("memory")
 
 
 def test_a_backend_made_while_its_engine_is_unreachable_fails_at_once(monkeypatch):
@@ -83,7 +90,7 @@ def test_a_missing_program_exits_127_like_a_shell_says(memory):
 
 
 @pytest.mark.django_db
-@override_settings(QUOR_SANDBOX_BACKEND="memory")
+@override_settings(QUOR_SANDBOX_BACKEND="memory", DEBUG=True)
 def test_service_code_runs_on_the_memory_backend_without_docker(owner, memory):
     sandbox = services.sandbox_ensure(user=owner)
     assert (sandbox.backend, sandbox.state) == ("memory", Sandbox.State.RUNNING)
