@@ -1,6 +1,9 @@
 """Plain factory functions for test data, each with sensible defaults."""
 
+import functools
 import itertools
+
+from django.contrib.auth.hashers import make_password
 
 from apps.models import App, AppAction, AppCredential
 from quor import services
@@ -23,13 +26,20 @@ def make_org(**fields) -> Organization:
 def make_user(organization=None, *, role=Membership.Role.MEMBER, can_use_sandbox=True, email=None):
     organization = organization or make_org()
     email = email or f"user{next(_counter)}@example.com"
-    return services.member_create(
-        email=email,
-        organization=organization,
-        role=role,
-        can_use_sandbox=can_use_sandbox,
-        password=PASSWORD,
+    user = services.member_create(
+        email=email, organization=organization, role=role, can_use_sandbox=can_use_sandbox
     )
+    user.password = _password_hash()
+    user.save(update_fields=["password"])
+    return user
+
+
+@functools.cache
+def _password_hash() -> str:
+    """PASSWORD hashed once for every user of the run: each hash takes PBKDF2 half a
+    second, and hundreds of tests make users. A real hash, so that every Quor process the
+    tests start accepts the password."""
+    return make_password(PASSWORD)
 
 
 def make_provider(organization, **fields) -> ModelProvider:

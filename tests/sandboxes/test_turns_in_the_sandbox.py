@@ -57,6 +57,13 @@ def kinds(session) -> list[str]:
     return list(session.events.exclude(kind="assistant_text_delta").values_list("kind", flat=True))
 
 
+def the_error_that_ended(session: Session) -> dict:
+    session.refresh_from_db()
+    assert session.status == Session.Status.FAILED
+    [error] = AgentEvent.objects.filter(session=session, kind="error")
+    return error.payload
+
+
 def start_held_turn(user, model_choice) -> Session:
     session = sessions.session_create(user=user, prompt="Wait for go.", model=model_choice)
     wait_until(lambda: "tool_call" in kinds(session), 90, "the agent runs its command")
@@ -108,10 +115,7 @@ def test_a_turn_whose_sandbox_was_killed_is_ended_as_lost_once_its_heartbeats_st
         (sessions.MISSED_HEARTBEATS + 4) * settings.QUOR_AGENT_HEARTBEAT_SECONDS,
         "the sweep finds the turn lost",
     )
-    session.refresh_from_db()
-    assert session.status == Session.Status.FAILED
-    [error] = AgentEvent.objects.filter(session=session, kind="error")
-    assert error.payload["code"] == "agent.lost"
+    assert the_error_that_ended(session)["code"] == "agent.lost"
 
 
 def test_a_live_turn_past_its_time_limit_is_ended_as_timed_out_and_its_agent_stopped(
@@ -123,10 +127,7 @@ def test_a_live_turn_past_its_time_limit_is_ended_as_timed_out_and_its_agent_sto
 
     assert sessions.sessions_fail_lost_turns() == 1
 
-    session.refresh_from_db()
-    assert session.status == Session.Status.FAILED
-    [error] = AgentEvent.objects.filter(session=session, kind="error")
-    assert error.payload["code"] == "agent.timeout"
+    assert the_error_that_ended(session)["code"] == "agent.timeout"
     wait_until(lambda: not agent_runs(session), 2, "the agent has stopped")
     held_command = services.sandbox_exec(user=owner, argv=["pgrep", "-f", "until \\[ -e go"])
     assert held_command.exit_code == 1
@@ -154,11 +155,9 @@ def test_an_agent_that_dies_without_a_word_is_ended_as_crashed_with_its_exit_sta
         (sessions.QUIET_HEARTBEATS + 4) * settings.QUOR_AGENT_HEARTBEAT_SECONDS,
         "the sweep finds the agent gone",
     )
-    session.refresh_from_db()
-    assert session.status == Session.Status.FAILED
-    [error] = AgentEvent.objects.filter(session=session, kind="error")
-    assert error.payload["code"] == "agent.crashed"
-    assert "exit status 137" in error.payload["message"]
+    error = the_error_that_ended(session)
+    assert error["code"] == "agent.crashed"
+    assert "exit status 137" in error["message"]
 
 
 def test_an_agent_that_could_not_reach_quor_but_still_works_keeps_its_turn(
