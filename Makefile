@@ -2,7 +2,7 @@
 PYTHON := .venv/bin/python
 SHELL := /bin/bash
 
-.PHONY: dev test provision venv lint format migrate sandbox-image lock
+.PHONY: dev test compose-test provision venv lint format migrate sandbox-image lock
 
 provision:
 	tools/provision
@@ -21,6 +21,11 @@ dev: provision
 
 test: provision
 	$(PYTHON) -m pytest
+
+# Brings the Compose deployment (deploy/compose) up for real, runs a demo session, probes
+# the sandbox's isolation, then takes it all down (tools/compose-check).
+compose-test: provision
+	tools/compose-check
 
 # Needs only the virtualenv: no database, Redis or Docker (makemigrations' history check
 # warns that it cannot reach the database; the check of the models does not need it).

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from approvals import wakeup
 from approvals.models import ApprovalRequest, SessionGrant
+from quor.lib import metrics
 from quor.lib.errors import Conflict, InvalidInput, NotFound
 from sandboxes.models import Session
 from sandboxes.sessions.events import session_events_append
@@ -112,6 +113,7 @@ def _decide(approval_ids, status, via, user=None) -> list[ApprovalRequest]:
         approval.status, approval.decided_via = status, via
         approval.decided_by, approval.decided_at = user, now
         approval.save(update_fields=["status", "decided_via", "decided_by", "decided_at"])
+        metrics.approval_decided(status=status, created_at=approval.created_at, decided_at=now)
     return changed
 
 

@@ -45,6 +45,7 @@ from egress.directory import Directory
 from egress.models import EgressDecision
 from egress.parking import GRANTED, ApprovalDesk
 from egress.resolver import make_resolver
+from quor.lib import metrics
 
 SESSION_HEADER = "x-quor-session"
 READY_WAIT_SECONDS = 10
@@ -131,6 +132,11 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
             reason=refusal.reason if refusal else "",
             addresses=list(destination.addresses) if destination else [],
             credential_kind=credential_kind or "",
+        )
+        metrics.egress_decided(
+            outcome=outcome,
+            code=refusal.code if refusal else "",
+            network_policy=context.network_policy if context else "unknown",
         )
 
     @property

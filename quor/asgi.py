@@ -1,5 +1,6 @@
 import os
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "quor.settings")
@@ -9,7 +10,13 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set u
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from quor.lib import metrics  # noqa: E402
+from quor.monitoring import DatabaseGauges  # noqa: E402
 from quor.routing import websocket_urlpatterns  # noqa: E402
+
+# The web process (one per replica) also serves the gauges read from PostgreSQL.
+if settings.QUOR_METRICS_PORT:
+    metrics.serve(settings.QUOR_METRICS_PORT, collectors=[DatabaseGauges()])
 
 # Quor only: web apps are served on their own hosts by their own process
 # (`manage.py run_webapp_proxy`), never by this one.

@@ -3,8 +3,13 @@
 quor.E001-E003 checked the operator and worker tokens, removed because no endpoint
 used them; their ids are not reused, so an id keeps meaning one thing."""
 
+import ipaddress
+
 from django.conf import settings
-from django.core.checks import Error, register
+from django.core.checks import Error, Warning, register
+
+from sandboxes.backends import get_backend
+from sandboxes.backends.base import BackendError, BackendUnavailable
 
 
 @register()
@@ -50,3 +55,41 @@ def check_sandbox_backend(app_configs, **kwargs):
             id="quor.E006",
         )
     ]
+
+
+@register()
+def check_kubernetes_backend(app_configs, **kwargs):
+    """The Kubernetes backend's settings, and its server's version: a server too old for
+    the exec protocol Quor needs is refused at start-up rather than at the first command."""
+    if settings.QUOR_SANDBOX_BACKEND != "kubernetes":
+        return []
+    errors = []
+    try:
+        network = ipaddress.IPv4Network(settings.QUOR_KUBERNETES_CONTROL_PLANE_CIDR)
+    except ValueError:
+        network = None
+    if network is None or network.prefixlen < 8:
+        errors.append(
+            Error(
+                "QUOR_KUBERNETES_CONTROL_PLANE_CIDR must be an IPv4 CIDR with a prefix of 8 to 32.",
+                hint="The cluster's pod network, e.g. 10.244.0.0/16: sandboxes accept "
+                "connections only from there (the web app proxy, workers moving workspaces).",
+                id="quor.E007",
+            )
+        )
+    namespace, _, name = settings.QUOR_KUBERNETES_EGRESS_SERVICE.partition("/")
+    if not namespace or not name:
+        errors.append(
+            Error(
+                "QUOR_KUBERNETES_EGRESS_SERVICE must be <namespace>/<name>.",
+                hint="The egress proxy's Service, e.g. quor/quor-egress-proxy.",
+                id="quor.E008",
+            )
+        )
+    try:
+        get_backend("kubernetes").check_version()
+    except BackendUnavailable as exc:
+        errors.append(Warning(str(exc), id="quor.W001"))
+    except BackendError as exc:
+        errors.append(Error(str(exc), id="quor.E009"))
+    return errors

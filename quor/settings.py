@@ -6,7 +6,7 @@ from urllib.parse import urlsplit
 
 import dj_database_url
 
-from quor.lib.env import env, envbool, envint, envlist
+from quor.lib.env import ConfigurationError, env, envbool, envint, envjson, envlist
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -58,6 +58,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "quor.lib.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "quor.lib.middleware.RequestSizeLimitMiddleware",
@@ -182,6 +183,9 @@ CELERY_TASK_ROUTES = {
 }
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Workers and beat keep Quor's log handler (LOGGING: format, redaction); --loglevel still
+# sets the level.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     "sleep-idle-sandboxes": {"task": "sandboxes.tasks.sleep_idle_sandboxes", "schedule": 60.0},
     "reconcile-sandboxes": {"task": "sandboxes.tasks.reconcile_sandboxes", "schedule": 300.0},
@@ -205,8 +209,35 @@ CELERY_BEAT_SCHEDULE = {
     "delete-orphaned-blobs": {"task": "quor.tasks.delete_orphaned_blobs", "schedule": 3600.0},
 }
 
-# Sandbox backend: `docker` (now) or `kubernetes` (later); `memory` for tests only (quor.E006).
+# Sandbox backend: `docker` (one host) or `kubernetes`; `memory` for tests only (quor.E006).
 QUOR_SANDBOX_BACKEND = env("QUOR_SANDBOX_BACKEND", "docker")
+# Kubernetes backend (sandboxes/backends/kubernetes.py; docs/deploy-kubernetes.md).
+# Namespace of the sandbox pods and their workspace claims.
+QUOR_KUBERNETES_NAMESPACE = env("QUOR_KUBERNETES_NAMESPACE", "quor-sandboxes")
+# A kubeconfig file; empty: the pod's own service account (in the cluster).
+QUOR_KUBERNETES_KUBECONFIG = env("QUOR_KUBERNETES_KUBECONFIG", "")
+# "<namespace>/<name>" of the egress proxy's Service: its cluster IP is pinned in each pod.
+QUOR_KUBERNETES_EGRESS_SERVICE = env("QUOR_KUBERNETES_EGRESS_SERVICE", "quor/quor-egress-proxy")
+# Addresses allowed to open connections into sandboxes (the web app proxy, workers moving
+# workspaces): the cluster's pod network, as an IPv4 CIDR.
+QUOR_KUBERNETES_CONTROL_PLANE_CIDR = env("QUOR_KUBERNETES_CONTROL_PLANE_CIDR", "")
+# Each sandbox's workspace: a PersistentVolumeClaim of this size and storage class
+# (empty: the cluster's default class).
+QUOR_KUBERNETES_WORKSPACE_SIZE = env("QUOR_KUBERNETES_WORKSPACE_SIZE", "10Gi")
+QUOR_KUBERNETES_STORAGE_CLASS = env("QUOR_KUBERNETES_STORAGE_CLASS", "")
+# Disk a sandbox may use outside its workspace (/tmp, its home, logs).
+QUOR_KUBERNETES_EPHEMERAL_STORAGE = env("QUOR_KUBERNETES_EPHEMERAL_STORAGE", "2Gi")
+# Where sandbox pods may run: a JSON object of node labels, a JSON list of tolerations,
+# a RuntimeClass name (empty: the cluster's default runtime; see the guide on gVisor).
+QUOR_KUBERNETES_NODE_SELECTOR = envjson("QUOR_KUBERNETES_NODE_SELECTOR", "{}", dict)
+QUOR_KUBERNETES_TOLERATIONS = envjson("QUOR_KUBERNETES_TOLERATIONS", "[]", list)
+QUOR_KUBERNETES_RUNTIME_CLASS = env("QUOR_KUBERNETES_RUNTIME_CLASS", "")
+QUOR_KUBERNETES_IMAGE_PULL_POLICY = env("QUOR_KUBERNETES_IMAGE_PULL_POLICY", "IfNotPresent")
+# Sandbox pods in user namespaces (hostUsers: false; Kubernetes 1.33+ with a runtime that
+# supports them): the sandbox user is then no one on the node. Off only where unsupported.
+QUOR_KUBERNETES_USER_NAMESPACES = envbool("QUOR_KUBERNETES_USER_NAMESPACES", True)
+# Seconds a new sandbox pod may take to run with its firewall (image pulls included).
+QUOR_KUBERNETES_START_TIMEOUT = envint("QUOR_KUBERNETES_START_TIMEOUT", 180)
 # Name of this deployment; labels every runtime instance it creates.
 QUOR_DEPLOYMENT = env("QUOR_DEPLOYMENT", "dev")
 # Image every sandbox runs (built locally by `make sandbox-image`).
@@ -314,14 +345,30 @@ STORAGES = {
 
 # Log level of Quor's own loggers.
 QUOR_LOG_LEVEL = env("QUOR_LOG_LEVEL", "INFO")
+# Log lines as `text`, or as `json` (one object a line, with the request or task id).
+QUOR_LOG_FORMAT = env("QUOR_LOG_FORMAT", "text")
+if QUOR_LOG_FORMAT not in ("text", "json"):
+    raise ConfigurationError(f"QUOR_LOG_FORMAT must be text or json, got {QUOR_LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"redact": {"()": "quor.lib.logs.RedactSecrets"}},
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "quor.lib.logs.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": QUOR_LOG_FORMAT,
+            "filters": ["redact"],
+        }
+    },
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         name: {"level": QUOR_LOG_LEVEL}
         for name in ("quor", "sandboxes", "apps", "approvals", "webapps", "egress")
     },
 }
+# Port of this process's Prometheus metrics (/metrics, on every address); 0: none.
+QUOR_METRICS_PORT = envint("QUOR_METRICS_PORT", 0)

@@ -75,13 +75,19 @@ def agent_state_argv(session_id: str, session_dir: str) -> list[str]:
     return ["sh", "-c", _AGENT_STATE, "sh", agent_pattern(session_id), session_dir]
 
 
-# Every process of the sandbox user but the runtime's own (its oldest: the entrypoint's
-# last command, which keeps the runtime alive) and this command's: a snapshot is then
-# the workspace at one instant, as after a power cut (which programs like SQLite recover
-# from), never files read while they are being changed.
+# The runtime's own process, which keeps it alive: the image's CMD on Docker, the
+# sandbox container's command (under tini) on Kubernetes.
+KEEP_ALIVE = ["sleep", "infinity"]
+
+# Every process of the sandbox user but the runtime's keep-alive (the oldest `sleep
+# infinity`), PID 1 (tini on Kubernetes; the kernel ignores kills of it anyway) and this
+# command's: a snapshot is then the workspace at one instant, as after a power cut (which
+# programs like SQLite recover from), never files read while they are being changed.
 _STOP_PROCESSES = (
-    'keep=$(pgrep -o -u "$(id -u)"); for p in $(pgrep -u "$(id -u)"); do '
-    '[ "$p" -ne "$keep" ] && [ "$p" -ne $$ ] && [ "$p" -ne "$PPID" ] && kill -KILL "$p"; '
+    'keep=$(pgrep -o -u "$(id -u)" -x -f "' + " ".join(KEEP_ALIVE) + '"); '
+    'for p in $(pgrep -u "$(id -u)"); do '
+    '[ "$p" -ne "${keep:-0}" ] && [ "$p" -ne 1 ] && [ "$p" -ne $$ ] && [ "$p" -ne "$PPID" ] '
+    '&& kill -KILL "$p"; '
     "done 2>/dev/null; exit 0"
 )
 

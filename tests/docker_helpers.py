@@ -1,6 +1,8 @@
 """Helpers for tests against the real Docker Engine."""
 
+import contextlib
 import socket
+import threading
 import time
 
 import docker
@@ -33,3 +35,29 @@ def container_of(docker_client, sandbox):
         return docker_client.containers.get(DockerBackend().container_name(str(sandbox.pk)))
     except docker.errors.NotFound:
         raise RuntimeMissing(str(sandbox.pk)) from None
+
+
+@contextlib.contextmanager
+def canary_server(host: str):
+    """A server that accepts and closes every connection, on `host` (all addresses with
+    0.0.0.0): the host reaches it, so a sandbox that cannot was stopped on its way. Yields
+    its port."""
+    server = socket.create_server((host, 0))
+    stop = threading.Event()
+
+    def serve():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                server.accept()[0].close()
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join()
+        server.close()

@@ -23,6 +23,7 @@ from urllib.parse import parse_qs
 import httptools
 from channels.db import database_sync_to_async
 
+from quor.lib import metrics
 from webapps import headers as header_rules
 from webapps import services
 
@@ -768,6 +769,8 @@ class ViewerConnection(asyncio.Protocol):
             self.last_active = asyncio.get_running_loop().time()
 
     def log(self, request: Request) -> None:
+        """Every answered request is counted, and logged with --access-log."""
+        metrics.webapp_request(request.status)
         if self.proxy.access_log:
             host = request.header("host")
             logger.info("%s %s %s %s", host, request.method, request.target, request.status)

@@ -4,6 +4,7 @@ A setting `NAME` may also be given as `NAME_FILE`, the path of a file holding th
 value (Docker and Kubernetes secrets), as healthchecks.io does.
 """
 
+import json
 import os
 
 
@@ -43,3 +44,15 @@ def envint(name: str, default: int) -> int:
 
 def envlist(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in env(name, default).split(",") if item.strip()]
+
+
+def envjson(name: str, default: str, kind: type):
+    """A JSON value of the given kind (dict or list)."""
+    value = env(name, "") or default
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be JSON, got {value!r}") from None
+    if not isinstance(parsed, kind):
+        raise ConfigurationError(f"{name} must be a JSON {kind.__name__}, got {value!r}")
+    return parsed

@@ -9,6 +9,8 @@ from django.http import Http404, JsonResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
 
+from quor.lib import metrics
+
 
 class QuorError(Exception):
     status = 400
@@ -74,6 +76,8 @@ class FileStoreUnavailable(QuorError):
 
 
 def error_body(code: str, message: str, fields=None) -> dict:
+    """The body of every API error response, counted by code."""
+    metrics.api_error(code)
     error = {"code": code, "message": message}
     if fields:
         error["fields"] = fields

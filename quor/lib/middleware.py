@@ -1,14 +1,44 @@
 import logging
+import time
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.http import HttpResponse
 
+from quor.lib import logs
 from quor.lib.errors import error_response
 
 logger = logging.getLogger(__name__)
+access_logger = logging.getLogger("quor.access")
 
 UPLOAD_CONTENT_TYPES = ("application/octet-stream", "multipart/form-data")
+
+
+class RequestIdMiddleware:
+    """Gives every request an id, the caller's X-Request-ID when it is a safe token or a
+    new one, returned in the response's X-Request-ID and carried by every log line
+    written for the request (JSON logs); then logs the request, without its query."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        request.request_id = logs.request_id_from(request.headers.get("X-Request-ID"))
+        token = logs.request_id.set(request.request_id)
+        started = time.monotonic()
+        try:
+            response = self.get_response(request)
+            response["X-Request-ID"] = request.request_id
+            access_logger.info(
+                "%s %s %s %.0fms",
+                request.method,
+                request.path,
+                response.status_code,
+                (time.monotonic() - started) * 1000,
+            )
+            return response
+        finally:
+            logs.request_id.reset(token)
 
 
 class RequestSizeLimitMiddleware:

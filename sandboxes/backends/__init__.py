@@ -7,6 +7,7 @@ from sandboxes.backends.base import BackendError, SandboxBackend
 
 BACKENDS = {
     "docker": "sandboxes.backends.docker.DockerBackend",
+    "kubernetes": "sandboxes.backends.kubernetes.KubernetesBackend",
     "memory": "sandboxes.backends.memory.MemoryBackend",  # tests only (quor.E006)
 }
 

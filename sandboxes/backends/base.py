@@ -129,6 +129,11 @@ class SandboxBackend:
         listens there); sets up whatever the backend needs for that first."""
         raise NotImplementedError
 
+    def egress_proxy_listen_address(self) -> str:
+        """Where the egress proxy process binds: the address sandboxes reach, unless
+        something routes that address to it (a Service in front of the proxy's pods)."""
+        return self.egress_proxy_address()
+
     def image_ref(self, image: str) -> str:
         """The id of the image a new runtime of `image` would run ("" if missing)."""
         raise NotImplementedError
@@ -139,7 +144,8 @@ class SandboxBackend:
         raise NotImplementedError
 
     def stop(self, sandbox_id: str) -> None:
-        """Stops the runtime, keeping its workspace. No error if it is absent."""
+        """Stops the runtime, keeping its workspace. No error if it is absent. A backend
+        whose runtimes cannot start again (a pod) removes it: ensure makes a new one."""
         raise NotImplementedError
 
     def destroy(self, sandbox_id: str, *, remove_workspace: bool) -> None:

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from egress.ca import ensure_ca
 from egress.decisions import API_ALIAS, SANDBOX_PRINCIPAL, SESSION_PRINCIPAL_PREFIX
+from quor.lib import metrics
 from quor.lib.errors import (
     CorruptBlob,
     FileStoreMisconfigured,
@@ -344,6 +345,7 @@ def _new_credential() -> dict:
     return {"runtime_credential": credential, "runtime_credential_hash": hash_token(credential)}
 
 
+@metrics.sandbox_operation("start")
 def _start_runtime(sandbox: Sandbox, backend):
     try:
         return backend.ensure(sandbox_spec_for(sandbox, backend.egress_proxy_address()))
@@ -422,29 +424,35 @@ def sandbox_sleep(*, sandbox: Sandbox, force: bool = False) -> Snapshot | None:
         backend = get_backend(sandbox.backend)
         if not backend.status(str(sandbox.pk)).running:
             return None  # nothing to snapshot; reconciliation deals with the row
-        _set_state(sandbox, Sandbox.State.SNAPSHOTTING)
-        try:
-            _stop_sandbox_processes(sandbox, backend)
-            snapshot = snapshot_take(sandbox, backend)
-        except Exception as exc:  # whatever it was, the runtime still has the data
-            runtime_ready.send(Sandbox, sandbox=sandbox, woke=False)
-            # Counted as activity: the next attempt comes after another idle period.
-            _set_state(
-                sandbox,
-                Sandbox.State.RUNNING,
-                failure_reason=f"Could not sleep: {exc}",
-                last_activity_at=timezone.now(),
-            )
-            raise SnapshotFailed(f"The sandbox could not be put to sleep: {exc}") from exc
+        return _put_to_sleep(sandbox, backend)
+
+
+@metrics.sandbox_operation("sleep")
+def _put_to_sleep(sandbox: Sandbox, backend) -> Snapshot:
+    """The sleep itself, under the sandbox's lock."""
+    _set_state(sandbox, Sandbox.State.SNAPSHOTTING)
+    try:
+        _stop_sandbox_processes(sandbox, backend)
+        snapshot = snapshot_take(sandbox, backend)
+    except Exception as exc:  # whatever it was, the runtime still has the data
+        runtime_ready.send(Sandbox, sandbox=sandbox, woke=False)
+        # Counted as activity: the next attempt comes after another idle period.
         _set_state(
             sandbox,
-            Sandbox.State.SLEEPING,
-            failure_reason="",
-            newer_than_snapshot=False,
-            **NO_RUNTIME,
+            Sandbox.State.RUNNING,
+            failure_reason=f"Could not sleep: {exc}",
+            last_activity_at=timezone.now(),
         )
-        backend.destroy(str(sandbox.pk), remove_workspace=True)
-        snapshots_prune(sandbox)
+        raise SnapshotFailed(f"The sandbox could not be put to sleep: {exc}") from exc
+    _set_state(
+        sandbox,
+        Sandbox.State.SLEEPING,
+        failure_reason="",
+        newer_than_snapshot=False,
+        **NO_RUNTIME,
+    )
+    backend.destroy(str(sandbox.pk), remove_workspace=True)
+    snapshots_prune(sandbox)
     return snapshot
 
 
@@ -463,6 +471,7 @@ def _stop_sandbox_processes(sandbox: Sandbox, backend) -> None:
         raise BackendError(f"could not stop the sandbox's processes: {result.stderr.decode()}")
 
 
+@metrics.sandbox_operation("wake")
 def _wake(sandbox: Sandbox, backend) -> Sandbox:
     """A new runtime with the newest good snapshot in its workspace (an older one if
     that is damaged), then Skills, Library and web apps; only then RUNNING. Always from
@@ -906,6 +915,7 @@ def _reconcile_one(sandbox: Sandbox, backend, *, dry_run: bool) -> str:
 
 def _record_runtime_gone(sandbox: Sandbox, gone: str, status) -> None:
     """What is left of a sandbox whose runtime is not running, with the reason."""
+    metrics.SANDBOX_RUNTIMES_LOST.labels(gone).inc()
     if gone == Sandbox.State.UNRESTORABLE:
         _mark_unrestorable(
             sandbox, f"its runtime and workspace were found {status.detail}, with no snapshot"

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db import transaction
 
 from quor.filestore import blob_chunks, blob_delete, blob_open, blob_put
+from quor.lib import metrics
 from quor.lib.errors import CorruptBlob
 from quor.models import StoredBlob
 from sandboxes.backends.base import UnreadableFiles
@@ -127,6 +128,7 @@ def snapshot_take(sandbox: Sandbox, backend) -> Snapshot:
     except UnreadableFiles as exc:
         logger.info("sandbox %s: snapshot through the runtime's archive: %s", sandbox_id, exc)
         blob, size = _stored(_archive(backend, sandbox_id, by_sandbox_user=False))
+    metrics.SNAPSHOT_SIZE_BYTES.labels(sandbox.backend).observe(blob.size)
     return Snapshot.objects.create(
         sandbox=sandbox,
         blob=blob,

@@ -8,6 +8,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from quor.lib import metrics
 from sandboxes.models import AgentEvent, Session
 from sandboxes.signals import session_status_changed
 
@@ -32,6 +33,12 @@ def _publish(session_id, events: list[dict]) -> None:
     )
 
 
+def turn_started_at(session: Session):
+    """When the session's newest turn started (None if it never had one)."""
+    started = session.events.filter(kind="session_started").order_by("-seq")
+    return started.values_list("created_at", flat=True).first()
+
+
 def session_events_append(
     *, session: Session, events: list[tuple[str, dict]], status_from=None, status_to=None
 ) -> list[AgentEvent]:
@@ -42,9 +49,11 @@ def session_events_append(
     with transaction.atomic():
         Session.objects.select_for_update().filter(pk=session.pk).first()
         if status_to is not None:
-            Session.objects.filter(pk=session.pk, status__in=status_from).update(
+            changed = Session.objects.filter(pk=session.pk, status__in=status_from).update(
                 status=status_to, updated_at=timezone.now()
             )
+            if changed and Session.Status.RUNNING in status_from:
+                metrics.turn_ended(status_to, turn_started_at(session))
         last = session.events.aggregate(last=Max("seq"))["last"] or 0
         stored = AgentEvent.objects.bulk_create(
             AgentEvent(session=session, seq=last + number, kind=kind, payload=payload)

@@ -10,6 +10,7 @@ from django.utils import timezone
 from apps.catalog import catalog_app
 from apps.selectors import apps_for_selection
 from quor.filestore import CHUNK_SIZE, blob_chunks, blob_put
+from quor.lib import metrics
 from quor.lib.errors import Conflict, InvalidInput, QuorError
 from quor.lib.permissions import check_model_access, check_sandbox_access
 from quor.lib.tasks import send, send_on_commit
@@ -20,7 +21,7 @@ from sandboxes.image import WORKSPACE
 from sandboxes.library.managed import sync_managed_area
 from sandboxes.models import AgentEvent, Attachment, Sandbox, Session, Skill
 from sandboxes.runtime import services
-from sandboxes.sessions.events import session_events_append
+from sandboxes.sessions.events import session_events_append, turn_started_at
 from sandboxes.signals import session_status_changed
 
 # Kinds the agent runtime may report, and the session status each one leaves behind.
@@ -64,6 +65,7 @@ def session_events_report(*, session: Session, events, turn: int | None = None) 
     stored = session_events_append(
         session=session, events=checked, status_from=[Session.Status.RUNNING], status_to=outcome
     )
+    metrics.events_ingested(kind for kind, _ in checked)
     if outcome:  # the user now reads what the agent did: the idle time starts here
         services.sandbox_touch(session.sandbox_id)
     return stored[-1].seq
@@ -338,6 +340,8 @@ def session_cancel(*, user, session: Session) -> Session:
         )
         if not updated:
             raise not_running
+        if session.status == Session.Status.RUNNING:
+            metrics.turn_ended(Session.Status.CANCELLED, turn_started_at(session))
         session_events_append(session=session, events=[("cancelled", {"by": user.email})])
         session_status_changed.send(Session, session=session, status=Session.Status.CANCELLED)
     session.refresh_from_db()
@@ -420,10 +424,13 @@ def _end_turn(session: Session, turn_started_seq: int, status, events=()) -> boo
 
 
 def _fail(session: Session, turn_started_seq: int, code: str, message: str) -> bool:
-    return _end_turn(
+    ended = _end_turn(
         session, turn_started_seq, Session.Status.FAILED,
         [("error", {"code": code, "message": message})],
     )  # fmt: skip
+    if ended:
+        metrics.TURN_FAILURES.labels(code).inc()
+    return ended
 
 
 def _agent_may_start(session: Session, turn: int) -> bool:

@@ -4,14 +4,13 @@ import json
 import re
 import socket
 import subprocess
-import threading
 
 import pytest
 
 from sandboxes.backends.docker import sandbox_network_gateway
 from sandboxes.runtime import services
 from tests import factories
-from tests.docker_helpers import container_of, wait_for_port
+from tests.docker_helpers import canary_server, container_of, wait_for_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]
 
@@ -51,24 +50,8 @@ def host_ipv4_addresses():
 def canary():
     """A server on every host address: reachable from the host, so a failed probe
     means the sandbox was stopped, not that nothing listened."""
-    server = socket.create_server(("0.0.0.0", 0))  # noqa: S104  (on purpose: every address)
-    port = server.getsockname()[1]
-    stop = threading.Event()
-
-    def serve():
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                server.accept()[0].close()
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield port
-    stop.set()
-    thread.join()
-    server.close()
+    with canary_server("0.0.0.0") as port:  # noqa: S104  (on purpose: every address)
+        yield port
 
 
 def test_the_proxy_port_is_reachable(running_sandbox, owner, egress_proxy):

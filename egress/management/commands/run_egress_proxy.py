@@ -13,6 +13,7 @@ from egress.proxy_plugin import (
     read_request_targets,
     reuse_upstream_tls_contexts,
 )
+from quor.lib import metrics
 from sandboxes.backends import get_backend
 
 
@@ -28,7 +29,7 @@ class Command(BaseCommand):
     def handle(self, *args, acceptors, **options):
         files = ca.ensure_ca(settings.QUOR_EGRESS_CA_DIR)
         trust = ca.write_upstream_trust(files, settings.QUOR_EXTRA_CA_BUNDLE)
-        host = get_backend().egress_proxy_address()
+        host = get_backend().egress_proxy_listen_address()
         port = settings.QUOR_EGRESS_PROXY_PORT
         cap_request_bodies(settings.QUOR_EGRESS_MAX_BODY_BYTES)
         read_request_targets()
@@ -49,6 +50,8 @@ class Command(BaseCommand):
             "--ca-file", str(trust),
             "--log-level", "ERROR",
         ]  # fmt: skip
+        if settings.QUOR_METRICS_PORT:  # decisions are counted in the acceptor processes
+            metrics.serve_multiprocess(settings.QUOR_METRICS_PORT)
         connections.close_all()  # acceptor processes fork: they must not share a connection
         with Proxy(argv):
             self.stdout.write(f"Egress proxy listening on {host}:{port}", ending="\n")

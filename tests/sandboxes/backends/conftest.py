@@ -2,10 +2,13 @@
 from outside (what an operator, a host restart or an outage would do)."""
 
 import os
+import time
 import uuid
+from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.test import override_settings
 
 from sandboxes.backends.base import SandboxSpec
 from sandboxes.backends.memory import MemoryBackend
@@ -60,12 +63,102 @@ class DockerEngine:
         pass
 
 
-ENGINES = {"memory": MemoryEngine, "docker": DockerEngine}
+class KubernetesEngine:
+    """The Kubernetes backend against the fake API server (tests/kubernetes_api.py), which
+    runs each pod's containers on the local Docker Engine, on the sandbox bridge: the egress
+    proxy's Service has the bridge's gateway as its cluster IP, as the host is there.
+
+    With `cluster_kubeconfig` (QUOR_TEST_KUBECONFIG for the contract suite), against that
+    real cluster instead (docs/deploy-kubernetes.md, "Checking a cluster")."""
+
+    name = "kubernetes"
+    runs_as_sandbox_user = True
+
+    def __init__(self, tmp_path, cluster_kubeconfig: str | None = None):
+        from sandboxes.backends.docker import DockerBackend, sandbox_network_gateway
+        from tests.kubernetes_api import FakeKubernetes
+
+        self.fake = None
+        if cluster_kubeconfig:
+            self.kubeconfig = cluster_kubeconfig
+            control_plane = os.environ["QUOR_TEST_KUBERNETES_CONTROL_PLANE_CIDR"]
+        else:
+            self.fake = FakeKubernetes(docker_network=DockerBackend().ensure_network().name)
+            self.fake.start()
+            gateway = sandbox_network_gateway()
+            namespace, _, service = settings.QUOR_KUBERNETES_EGRESS_SERVICE.partition("/")
+            self.fake.add_service(namespace, service, gateway, [settings.QUOR_EGRESS_PROXY_PORT])
+            self.kubeconfig = self.fake.write_kubeconfig(tmp_path / "kubeconfig")
+            control_plane = f"{gateway}/32"
+        server = load_configuration_of(self.kubeconfig).host
+        self.dead_kubeconfig = tmp_path / "unreachable-kubeconfig"
+        self.dead_kubeconfig.write_text(
+            Path(self.kubeconfig).read_text().replace(server, DEAD_SERVER)
+        )
+        self.settings = override_settings(
+            QUOR_KUBERNETES_KUBECONFIG=self.kubeconfig,
+            QUOR_KUBERNETES_CONTROL_PLANE_CIDR=control_plane,
+        )
+        self.settings.enable()
+
+    def backend(self):
+        from sandboxes.backends.kubernetes import KubernetesBackend
+
+        return KubernetesBackend()
+
+    def unreachable_backend(self, monkeypatch):
+        """A backend whose API server answered once (its version was checked), then went
+        away."""
+        from sandboxes.backends import kubernetes
+
+        monkeypatch.setattr(settings, "QUOR_KUBERNETES_KUBECONFIG", str(self.dead_kubeconfig))
+        monkeypatch.setattr(kubernetes, "_checked_servers", {DEAD_SERVER})
+        return kubernetes.KubernetesBackend()
+
+    def lose_runtime(self, sandbox_id):
+        """An operator deletes the pod with the API, as kubectl would."""
+        from kubernetes import client, config
+
+        api = client.CoreV1Api(config.new_client_from_config(config_file=self.kubeconfig))
+        backend = self.backend()
+        api.delete_namespaced_pod(backend.pod_name(sandbox_id), backend.namespace)
+        deadline = time.monotonic() + 60
+        while backend.status(sandbox_id).exists:
+            assert time.monotonic() < deadline, "the deleted pod never went away"
+            time.sleep(0.05)
+
+    def close(self):
+        self.settings.disable()
+        if self.fake:
+            self.fake.stop()
 
 
-@pytest.fixture(scope="module", params=["memory", pytest.param("docker", marks=pytest.mark.docker)])
-def engine(request):
-    engine = ENGINES[request.param]()
+def load_configuration_of(kubeconfig: str):
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    return configuration
+
+
+DEAD_SERVER = "http://127.0.0.1:9"  # the discard port: nothing listens there
+ENGINES = {"memory": MemoryEngine, "docker": DockerEngine, "kubernetes": KubernetesEngine}
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        "memory",
+        pytest.param("docker", marks=pytest.mark.docker),
+        pytest.param("kubernetes", marks=pytest.mark.docker),
+    ],
+)
+def engine(request, tmp_path_factory):
+    if request.param == "kubernetes":
+        cluster = os.environ.get("QUOR_TEST_KUBECONFIG")
+        engine = KubernetesEngine(tmp_path_factory.mktemp("kubernetes"), cluster)
+    else:
+        engine = ENGINES[request.param]()
     yield engine
     engine.close()
 

@@ -89,8 +89,11 @@ def test_stop_ends_every_process_keeps_the_workspace_and_ensure_starts_it_again(
     assert run(backend, spec.sandbox_id, ["pgrep", "-f", f"^sleep {marker}"]).exit_code == 0
     backend.stop(spec.sandbox_id)
     stopped = backend.status(spec.sandbox_id)
-    assert stopped.exists and not stopped.running
-    assert RuntimeInstance(spec.sandbox_id, stopped.runtime_id, False) in backend.list_instances()
+    assert not stopped.running and not stopped.network_address
+    instances = [i for i in backend.list_instances() if i.sandbox_id == spec.sandbox_id]
+    assert instances == (
+        [RuntimeInstance(spec.sandbox_id, stopped.runtime_id, False)] if stopped.exists else []
+    )
     assert backend.workspace_exists(spec.sandbox_id)
     with pytest.raises(RuntimeMissing):
         run(backend, spec.sandbox_id, ["true"])

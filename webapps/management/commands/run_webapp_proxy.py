@@ -5,6 +5,7 @@ import uvloop
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from quor.lib import metrics
 from webapps.proxy import WebAppProxy, serve
 
 
@@ -31,6 +32,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, bind, access_log, **options):
         host, port = parse_bind(bind or settings.QUOR_WEBAPP_PROXY_BIND)
+        if settings.QUOR_METRICS_PORT:
+            metrics.serve(settings.QUOR_METRICS_PORT)
         uvloop.run(self.serve(WebAppProxy(access_log=access_log), host, port))
 
     async def serve(self, proxy: WebAppProxy, host: str, port: int):
