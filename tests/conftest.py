@@ -204,6 +204,8 @@ def quor_web(process_env):
             url.hostname,
             "-p",
             str(url.port),
+            "--access-log",
+            "/dev/null",
             "quor.asgi:application",
         ],
         process_env,

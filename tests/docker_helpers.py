@@ -4,6 +4,7 @@ import contextlib
 import socket
 import threading
 import time
+from pathlib import Path
 
 import docker
 
@@ -11,7 +12,9 @@ from sandboxes.backends.base import RuntimeMissing
 from sandboxes.backends.docker import DockerBackend
 
 
-def wait_for_port(host: str, port: int, timeout: float = 30) -> None:
+def wait_for_port(host: str, port: int, timeout: float = 30, log: Path | None = None) -> None:
+    """Returns once something accepts connections there; else fails with the log of the
+    process that should have listened."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -19,7 +22,8 @@ def wait_for_port(host: str, port: int, timeout: float = 30) -> None:
             return
         except OSError:
             time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on {host}:{port}")
+    output = log.read_text() if log else ""
+    raise RuntimeError(f"nothing listens on {host}:{port}\n{output}")
 
 
 def remove_test_runtimes() -> None:

@@ -36,7 +36,7 @@ from sandboxes.backends.base import (
     validate_spec,
 )
 from sandboxes.backends.execution import Execution, Start, run_bounded, stream_stdout
-from sandboxes.image import SANDBOX_UID, WORKSPACE
+from sandboxes.image import KEEP_ALIVE, SANDBOX_UID, WORKSPACE
 
 LABEL_SANDBOX = "org.quor.sandbox-id"
 LABEL_DEPLOYMENT = "org.quor.deployment"
@@ -149,6 +149,7 @@ class DockerBackend(SandboxBackend):
         }
         return {
             "image": spec.image,
+            "command": KEEP_ALIVE,  # the entrypoint's "$@": what a sleep's stop keeps
             "name": self.container_name(spec.sandbox_id),
             "hostname": "sandbox",
             "labels": self._labels(spec.sandbox_id),

@@ -22,6 +22,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -32,6 +33,7 @@ from django.conf import settings
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from kubernetes.stream import stream
+from kubernetes.stream.ws_client import V5_CHANNEL_PROTOCOL
 from urllib3.exceptions import HTTPError as TransportError
 from websocket import ABNF, WebSocketConnectionClosedException, WebSocketTimeoutException
 
@@ -75,6 +77,9 @@ PROXY_HOST_NAME = "quor-egress-proxy"
 MINIMUM_VERSION = (1, 30)
 REST_TIMEOUT_S = (5, 30)
 GONE_TIMEOUT_S = 60
+FORCE_AFTER_S = 30
+# Seconds a command's stdin may take to be accepted before the exec counts as stuck.
+EXEC_STDIN_TIMEOUT_S = 60
 # Seconds a deleted pod's processes get to end (tini passes SIGTERM on) before SIGKILL.
 DELETE_GRACE_S = 2
 EXEC_STDIN_CHUNK = 128 * 1024
@@ -82,7 +87,8 @@ STDIN_CHANNEL, STATUS_CHANNEL = 0, 3
 # Sidecar containers' fixed share, kept small: the firewall runs once, the archive
 # container only reads.
 SIDECAR_RESOURCES = {"cpu": "250m", "memory": "128Mi", "ephemeral-storage": "64Mi"}
-IMAGE_UNAVAILABLE = {"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"}
+# A first failed pull (ErrImagePull) may be passing; these are not.
+IMAGE_UNAVAILABLE = {"ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"}
 
 _checked_servers: set[str] = set()
 _checked_lock = threading.Lock()
@@ -289,10 +295,13 @@ def _unreachable(exc: Exception) -> BackendUnavailable:
 
 
 def _refused(exc: ApiException) -> BackendError:
+    """An error answer; throttling or a restarting control plane is an outage."""
     try:
         message = json.loads(exc.body or "{}").get("message") or exc.reason
     except ValueError:
         message = exc.reason
+    if exc.status in (429, 500, 502, 503, 504):
+        return BackendUnavailable(f"the Kubernetes API answered {exc.status}: {message}")
     return BackendError(f"Kubernetes refused ({exc.status}): {message}")
 
 
@@ -377,9 +386,9 @@ class KubernetesBackend(SandboxBackend):
             response = method(
                 *args, _preload_content=False, _request_timeout=REST_TIMEOUT_S, **kwargs
             )
+            return json.loads(response.data or b"{}")
         except (TransportError, OSError) as exc:
             raise _unreachable(exc) from exc
-        return json.loads(response.data or b"{}")
 
     def _read(self, method, *args) -> dict | None:
         try:
@@ -389,19 +398,33 @@ class KubernetesBackend(SandboxBackend):
                 return None
             raise _refused(exc) from exc
 
-    def _delete(self, method, name: str) -> None:
+    def _delete(self, method, name: str, grace_s: int = DELETE_GRACE_S) -> None:
         try:
-            self._call(method, name, self.namespace, grace_period_seconds=DELETE_GRACE_S)
+            self._call(method, name, self.namespace, grace_period_seconds=grace_s)
         except ApiException as exc:
             if exc.status != 404:
                 raise _refused(exc) from exc
 
-    def _wait_gone(self, method, name: str) -> None:
-        deadline = time.monotonic() + GONE_TIMEOUT_S
+    def _wait_gone(self, method, name: str, *, force=None) -> None:
+        """Polls, more slowly as it goes. `force` deletes for good what is still there
+        FORCE_AFTER_S after its deletion: a pod on a lost node, whose kubelet never
+        confirms."""
+        started, pause = time.monotonic(), 0.05
         while self._read(method, name, self.namespace) is not None:
-            if time.monotonic() > deadline:
+            waited = time.monotonic() - started
+            if force is not None and waited > FORCE_AFTER_S:
+                force()
+                force = None
+            if waited > GONE_TIMEOUT_S:
                 raise BackendError(f"{name} was still there {GONE_TIMEOUT_S} s after its deletion")
-            time.sleep(0.1)
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    def _wait_pod_gone(self, name: str) -> None:
+        def force():
+            self._delete(self.core.delete_namespaced_pod, name, grace_s=0)
+
+        self._wait_gone(self.core.read_namespaced_pod, name, force=force)
 
     def _labelled(self) -> str:
         return f"{LABEL_DEPLOYMENT}={self.deployment},app.kubernetes.io/managed-by=quor"
@@ -446,14 +469,14 @@ class KubernetesBackend(SandboxBackend):
         place = placement_from_settings(self.egress_proxy_address())
         pod = build_sandbox_pod(spec, place)  # refuses an unsafe spec before anything exists
         name = pod["metadata"]["name"]
-        self._ensure_claim(spec.sandbox_id)
         current = self._read(self.core.read_namespaced_pod, name, self.namespace)
         if current is not None and _pod_ended(current):
-            self.stop(spec.sandbox_id)  # an evicted or crashed pod is not started again
+            self.stop(spec.sandbox_id)  # an evicted, crashed or lost pod is not started again
             current = None
         elif current is not None and current["metadata"].get("deletionTimestamp"):
-            self._wait_gone(self.core.read_namespaced_pod, name)
+            self._wait_pod_gone(name)
             current = None
+        self._ensure_claim(spec.sandbox_id)  # after the pod: a claim in use is not deleted
         if current is None:
             try:
                 self._call(self.core.create_namespaced_pod, self.namespace, pod)
@@ -539,6 +562,7 @@ class KubernetesBackend(SandboxBackend):
             waiting = (container.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in IMAGE_UNAVAILABLE:
                 self._delete(self.core.delete_namespaced_pod, pod["metadata"]["name"])
+                self._wait_pod_gone(pod["metadata"]["name"])
                 raise BackendError(
                     f"the sandbox image {container.get('image', '')} is not available to the "
                     f"cluster: {waiting['reason']}: {waiting.get('message', '')}"
@@ -598,7 +622,7 @@ class KubernetesBackend(SandboxBackend):
         """Deletes the pod (a pod does not restart); the workspace claim stays."""
         name = self.pod_name(sandbox_id)
         self._delete(self.core.delete_namespaced_pod, name)
-        self._wait_gone(self.core.read_namespaced_pod, name)
+        self._wait_pod_gone(name)
 
     def destroy(self, sandbox_id: str, *, remove_workspace: bool) -> None:
         self.stop(sandbox_id)
@@ -672,11 +696,13 @@ class KubernetesBackend(SandboxBackend):
             )
         except ApiException as exc:
             # The WebSocket client reports the handshake's status only in its message.
-            if exc.status == 0 and (" 404 " in str(exc.reason) or " 400 " in str(exc.reason)):
+            handshake = re.search(r"Handshake status (\d{3})", str(exc.reason))
+            status = int(handshake[1]) if handshake else exc.status
+            if status in (400, 404):
                 raise RuntimeMissing(f"sandbox pod {name} is not running") from None
-            if exc.status == 0:
+            if status == 0:
                 raise _unreachable(exc) from exc
-            raise _refused(exc) from exc
+            raise _refused(ApiException(status=status, reason=str(exc.reason))) from exc
 
     def exec_stream(self, sandbox_id, argv, *, cwd) -> Iterator[bytes]:
         yield from stream_stdout(self._starter(sandbox_id), argv, cwd=cwd)
@@ -723,7 +749,8 @@ def _pod_ended(pod: dict) -> bool:
     """Failed or done, or its sandbox container ended (the pod's phase stays Running
     while the archive container runs)."""
     phase = (pod.get("status") or {}).get("phase")
-    return phase in ("Failed", "Succeeded") or "terminated" in _sandbox_container_state(pod)
+    ended = ("Failed", "Succeeded", "Unknown")  # Unknown: its node stopped answering
+    return phase in ended or "terminated" in _sandbox_container_state(pod)
 
 
 def _status_of(pod: dict) -> RuntimeStatus:
@@ -760,6 +787,9 @@ class _KubernetesExecution:
         self.status = b""
 
     def send_stdin(self, chunks: Iterable[bytes]) -> None:
+        if self.ws.subprotocol != V5_CHANNEL_PROTOCOL:  # v4 cannot close stdin
+            raise BackendError("the Kubernetes API did not offer exec v5: stdin cannot end")
+        self.ws.sock.settimeout(EXEC_STDIN_TIMEOUT_S)
         for chunk in chunks:
             for start in range(0, len(chunk), EXEC_STDIN_CHUNK):
                 self.ws.write_stdin(chunk[start : start + EXEC_STDIN_CHUNK])

@@ -2,13 +2,15 @@
 rendered object checked against the Kubernetes schemas of the oldest and newest supported
 versions, then the invariants the sandbox's containment rests on."""
 
+import copy
 import ipaddress
 import json
-import re
 import uuid
 
+import celpy
 import kubernetes_validate
 import pytest
+from celpy import celtypes
 
 from sandboxes.backends.base import SandboxSpec
 from sandboxes.backends.kubernetes import SERVICE_ACCOUNT, PodPlacement, build_sandbox_pod
@@ -16,6 +18,25 @@ from tests.deploy.conftest import CHART, NAMESPACE, RELEASE
 
 OLDEST, NEWEST = "1.30.0", "1.37.0"
 SANDBOX_NAMESPACE = "quor-sandboxes"
+
+# The one value the chart cannot default: every value set and template call has it.
+REQUIRED = {"sandboxes": {"controlPlaneCIDR": "10.244.0.0/16"}}
+
+
+def merged(base: dict, values: dict | None) -> dict:
+    """`values` over `base`, key by key at every depth."""
+    result = copy.deepcopy(base)
+    for key, value in (values or {}).items():
+        if isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = merged(result[key], value)
+        else:
+            result[key] = value
+    return result
+
+
+def with_required(values: dict | None) -> dict:
+    return merged(REQUIRED, values)
+
 
 VALUE_SETS = {
     "defaults": None,
@@ -78,6 +99,7 @@ VALUE_SETS = {
         "config": {"QUOR_LOG_LEVEL": "DEBUG", "QUOR_SANDBOX_MEMORY_MB": 4096},
     },
 }
+VALUE_SETS = {name: with_required(values) for name, values in VALUE_SETS.items()}
 # Kinds kubernetes_validate has no schema for (custom resources): checked by the
 # invariants below, not by a schema.
 CUSTOM_RESOURCES = {("monitoring.coreos.com/v1", "ServiceMonitor")}
@@ -188,31 +210,65 @@ def test_every_rendered_object_is_valid_for_the_oldest_and_newest_supported_kube
     ],
 )
 def test_the_schema_refuses_an_unknown_key_at_any_depth(helm, values):
-    result = helm.template(values, NEWEST)
+    result = helm.template(with_required(values), NEWEST)
     assert result.returncode != 0
     assert "additional properties" in result.stderr
 
 
 def test_the_schema_refuses_a_secret_in_the_plain_settings(helm):
-    result = helm.template({"config": {"QUOR_ENCRYPTION_KEY": "oops"}}, NEWEST)
+    result = helm.template(with_required({"config": {"QUOR_ENCRYPTION_KEY": "oops"}}), NEWEST)
     assert result.returncode != 0
     assert "QUOR_ENCRYPTION_KEY" in result.stderr
 
 
 def test_a_setting_the_chart_derives_cannot_be_overridden_by_config(helm):
-    result = helm.template({"config": {"QUOR_SANDBOX_BACKEND": "docker"}}, NEWEST)
+    result = helm.template(with_required({"config": {"QUOR_SANDBOX_BACKEND": "docker"}}), NEWEST)
     assert result.returncode != 0
     assert "config.QUOR_SANDBOX_BACKEND" in result.stderr
 
 
 def test_a_cluster_older_than_1_30_is_refused_with_the_reason(helm):
-    result = helm.template(None, "1.29.15")
+    result = helm.template(with_required(None), "1.29.15")
     assert result.returncode != 0
     assert "Quor needs Kubernetes 1.30 or newer" in result.stderr
 
 
+def test_the_control_plane_cidr_is_required_with_the_reason(helm):
+    result = helm.template(None, NEWEST)
+    assert result.returncode != 0
+    assert "sandboxes.controlPlaneCIDR is required" in result.stderr
+    assert "in-pod firewall" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "quor-sandbox:latest",
+        "registry.example.com/quor-sandbox:latest",
+        "quor-sandbox",
+        "registry.example.com:5000/quor-sandbox",
+    ],
+)
+def test_the_schema_refuses_a_sandbox_image_tagged_latest_or_with_no_tag(helm, image):
+    result = helm.template(with_required({"sandboxes": {"image": image}}), NEWEST)
+    assert result.returncode != 0
+    assert "/sandboxes/image" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "registry.example.com:5000/quor-sandbox:2026.12.01-3",
+        "registry.example.com/quor-sandbox@sha256:" + "0f" * 32,
+    ],
+)
+def test_a_sandbox_image_with_a_tag_or_a_digest_is_accepted(helm, image):
+    result = helm.template(with_required({"sandboxes": {"image": image}}), NEWEST)
+    assert result.returncode == 0, result.stderr
+
+
 def test_the_sandbox_namespace_cannot_be_the_release_namespace(helm):
-    result = helm.template({"sandboxes": {"namespace": NAMESPACE}}, NEWEST)
+    result = helm.template(with_required({"sandboxes": {"namespace": NAMESPACE}}), NEWEST)
     assert result.returncode != 0
     assert "a namespace of its own" in result.stderr
 
@@ -258,13 +314,13 @@ def test_external_secrets_are_read_by_their_own_names_and_keys(render):
 
 def test_secrets_create_is_refused_without_every_value(helm):
     values = {"secretKey": "k", "encryptionKey": "e", "databaseUrl": "postgresql://x/y"}
-    result = helm.template({"secrets": {"create": True, "values": values}}, NEWEST)
+    result = helm.template(with_required({"secrets": {"create": True, "values": values}}), NEWEST)
     assert result.returncode != 0
     assert "secrets.create needs secrets.values.redisUrl" in result.stderr
 
 
 def test_secret_values_without_secrets_create_are_refused(helm):
-    result = helm.template({"secrets": {"values": {"secretKey": "k"}}}, NEWEST)
+    result = helm.template(with_required({"secrets": {"values": {"secretKey": "k"}}}), NEWEST)
     assert result.returncode != 0
     assert "secrets.values are used only with secrets.create" in result.stderr
 
@@ -353,13 +409,20 @@ def test_the_admission_policy_pins_the_two_root_exceptions_to_the_sandbox_image(
     assert rule["operations"] == ["CREATE", "UPDATE"]
     assert set(rule["resources"]) == {"pods", "pods/ephemeralcontainers"}
     variables = {v["name"]: v["expression"] for v in spec["variables"]}
-    assert variables["sandboxImage"] == "'quor-sandbox:latest'"
+    assert variables["sandboxImage"] == "'quor-sandbox:0.1.0'"
     expressions = " ".join(v["expression"] for v in spec["validations"])
     for needed in (
         "object.spec.hostNetwork",
         "object.spec.hostPID",
         "object.spec.hostIPC",
-        "!has(v.hostPath)",
+        "has(v.emptyDir) || has(v.persistentVolumeClaim)",
+        "!has(p.hostPort) || p.hostPort == 0",
+        "seccompProfile.type in ['RuntimeDefault', 'Localhost']",
+        "appArmorProfile.type != 'Unconfined'",
+        "!has(c.securityContext.seLinuxOptions)",
+        "c.securityContext.procMount == 'Default'",
+        "size(object.spec.securityContext.sysctls) == 0",
+        "!has(c.restartPolicy)",
         "object.spec.automountServiceAccountToken == false",
         "!c.securityContext.privileged",
         "c.securityContext.allowPrivilegeEscalation == false",
@@ -386,10 +449,9 @@ def test_the_admission_policy_pins_the_two_root_exceptions_to_the_sandbox_image(
     }
 
 
-def test_the_pod_the_backend_builds_needs_no_exception_the_admission_policy_lacks(defaults):
-    """The backend's pod, built from the chart's own settings, against the policy's
-    exceptions: a capability the backend adds that the policy does not allow would make
-    every sandbox start fail in the cluster."""
+@pytest.fixture
+def backend_pod(defaults):
+    """The pod the backend builds from the chart's own settings."""
     settings = one(defaults, "ConfigMap", f"{RELEASE}-config")["data"]
     spec = SandboxSpec(
         sandbox_id=str(uuid.uuid4()),
@@ -411,37 +473,197 @@ def test_the_pod_the_backend_builds_needs_no_exception_the_admission_policy_lack
         image_pull_policy=settings["QUOR_KUBERNETES_IMAGE_PULL_POLICY"],
         user_namespaces=settings["QUOR_KUBERNETES_USER_NAMESPACES"] == "true",
     )
-    pod = build_sandbox_pod(spec, place)
-    assert pod["metadata"]["namespace"] == SANDBOX_NAMESPACE
-    assert SERVICE_ACCOUNT == pod["spec"]["serviceAccountName"] == "quor-sandbox"
-    assert pod["spec"]["hostUsers"] is False  # the policy requires it by default
+    return build_sandbox_pod(spec, place)
 
-    policy = one(defaults, "ValidatingAdmissionPolicy", f"{SANDBOX_NAMESPACE}-sandbox-pods")
-    image = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}["sandboxImage"]
-    exceptions = {}
+
+@pytest.fixture
+def admission_policy(defaults):
+    return one(defaults, "ValidatingAdmissionPolicy", f"{SANDBOX_NAMESPACE}-sandbox-pods")
+
+
+def refusals(policy: dict, pod: dict) -> list[str]:
+    """The messages of the policy's validations that refuse `pod`: each CEL expression
+    evaluated (by cel-python) on the pod as the API server would; an expression that
+    errors refuses too (failurePolicy Fail)."""
+    environment = celpy.Environment()
+    activation = {"object": celpy.json_to_cel(pod), "variables": celtypes.MapType()}
+
+    def evaluate(expression):
+        program = environment.program(environment.compile(expression))
+        return program.evaluate(activation)
+
+    for variable in policy["spec"]["variables"]:
+        value = evaluate(variable["expression"])
+        activation["variables"][celtypes.StringType(variable["name"])] = value
+    refused = []
     for validation in policy["spec"]["validations"]:
-        found = re.search(
-            r"^(variables\.initContainers|object\.spec\.containers)\.all\(.*"
-            r"c\.name == '([^']+)' && c\.image == variables\.sandboxImage\s+"
-            r"&& c\.securityContext\.capabilities\.add\.all\(a, a in \[([^\]]*)\]\)",
-            validation["expression"],
-            re.DOTALL,
-        )
-        if found:
-            kind = "initContainers" if found[1].startswith("variables") else "containers"
-            exceptions[(kind, found[2])] = set(re.findall(r"'([A-Z_]+)'", found[3]))
-    assert set(exceptions) == {("initContainers", "quor-firewall"), ("containers", "quor-archive")}
-    for kind in ("initContainers", "containers"):
-        for container in pod["spec"][kind]:
-            context = container["securityContext"]
-            added = set(context["capabilities"].get("add", []))
-            if added:
-                assert added <= exceptions[(kind, container["name"])], container["name"]
-                assert f"'{container['image']}'" == image
-            else:
-                assert context["runAsNonRoot"] is True, container["name"]
-            assert context["allowPrivilegeEscalation"] is False
-            assert "ALL" in context["capabilities"]["drop"]
+        try:
+            result = evaluate(validation["expression"])
+        except celpy.CELEvalError:
+            result = None
+        if not (isinstance(result, celtypes.BoolType) and bool(result)):
+            refused.append(validation["message"])
+    return refused
+
+
+def test_the_admission_policy_admits_the_pod_the_backend_builds(backend_pod, admission_policy):
+    """A rule the backend's own pod breaks would make every sandbox start fail."""
+    assert backend_pod["metadata"]["namespace"] == SANDBOX_NAMESPACE
+    assert SERVICE_ACCOUNT == backend_pod["spec"]["serviceAccountName"] == "quor-sandbox"
+    assert backend_pod["spec"]["hostUsers"] is False  # the policy requires it by default
+    assert len(admission_policy["spec"]["validations"]) >= 20
+    assert refusals(admission_policy, backend_pod) == []
+
+
+def firewall(pod):
+    (container,) = pod["spec"]["initContainers"]
+    return container
+
+
+def archive(pod):
+    return next(c for c in pod["spec"]["containers"] if c["name"] == "quor-archive")
+
+
+def sandbox(pod):
+    return next(c for c in pod["spec"]["containers"] if c["name"] == "sandbox")
+
+
+def extra_container(name, image, add):
+    return {
+        "name": name,
+        "image": image,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"], "add": add},
+        },
+    }
+
+
+FIREWALL_PINNED = "the init container quor-firewall must be exactly the one Quor builds"
+ARCHIVE_PINNED = "the container quor-archive must be exactly the one Quor builds"
+# What each mutation of the backend's pod does, and the validation that must refuse it.
+MUTATIONS = {
+    "the firewall running another command": (
+        lambda pod: firewall(pod).update(command=["/bin/sh", "-c", "sleep infinity"]),
+        FIREWALL_PINNED,
+    ),
+    "the firewall given args": (
+        lambda pod: firewall(pod).update(args=["--debug"]),
+        FIREWALL_PINNED,
+    ),
+    "the firewall made a native sidecar": (
+        lambda pod: firewall(pod).update(restartPolicy="Always"),
+        FIREWALL_PINNED,
+    ),
+    "the firewall mounting the sandbox's home too": (
+        lambda pod: firewall(pod)["volumeMounts"].append(
+            {"name": "home", "mountPath": "/home/sandbox"}
+        ),
+        FIREWALL_PINNED,
+    ),
+    "the firewall with LD_PRELOAD": (
+        lambda pod: firewall(pod)["env"].append({"name": "LD_PRELOAD", "value": "/w/x.so"}),
+        FIREWALL_PINNED,
+    ),
+    "the firewall with another image": (
+        lambda pod: firewall(pod).update(image="busybox:1"),
+        FIREWALL_PINNED,
+    ),
+    "a second init container named quor-firewall with another image": (
+        lambda pod: pod["spec"]["initContainers"].append({**firewall(pod), "image": "evil:1"}),
+        FIREWALL_PINNED,
+    ),
+    "the archive's workspace writable": (
+        lambda pod: archive(pod)["volumeMounts"][0].update(readOnly=False),
+        ARCHIVE_PINNED,
+    ),
+    "the archive mounting the run directory": (
+        lambda pod: archive(pod)["volumeMounts"].append({"name": "run", "mountPath": "/run/quor"}),
+        ARCHIVE_PINNED,
+    ),
+    "the archive running another command": (
+        lambda pod: archive(pod).update(command=["/bin/sh", "-c", "cat /workspace/x"]),
+        ARCHIVE_PINNED,
+    ),
+    "the archive running a postStart hook": (
+        lambda pod: archive(pod).update(lifecycle={"postStart": {"exec": {"command": ["id"]}}}),
+        ARCHIVE_PINNED,
+    ),
+    "a hostPath volume": (
+        lambda pod: pod["spec"]["volumes"].append({"name": "node", "hostPath": {"path": "/"}}),
+        "sandbox pods may have only emptyDir and persistentVolumeClaim volumes",
+    ),
+    "a projected volume": (
+        lambda pod: pod["spec"]["volumes"].append(
+            {"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}
+        ),
+        "sandbox pods may have only emptyDir and persistentVolumeClaim volumes",
+    ),
+    "a container with a host port": (
+        lambda pod: sandbox(pod).update(ports=[{"containerPort": 8080, "hostPort": 8080}]),
+        "no container of a sandbox pod may use a host port",
+    ),
+    "the pod's seccomp profile Unconfined": (
+        lambda pod: pod["spec"]["securityContext"].update(seccompProfile={"type": "Unconfined"}),
+        "must use the seccomp profile RuntimeDefault or Localhost",
+    ),
+    "a container's seccomp profile Unconfined": (
+        lambda pod: sandbox(pod)["securityContext"].update(seccompProfile={"type": "Unconfined"}),
+        "must use the seccomp profile RuntimeDefault or Localhost",
+    ),
+    "a container's AppArmor profile Unconfined": (
+        lambda pod: sandbox(pod)["securityContext"].update(appArmorProfile={"type": "Unconfined"}),
+        "sandbox pods may not run unconfined by AppArmor",
+    ),
+    "the AppArmor annotation unconfined": (
+        lambda pod: pod["metadata"].update(
+            annotations={"container.apparmor.security.beta.kubernetes.io/sandbox": "unconfined"}
+        ),
+        "sandbox pods may not run unconfined by AppArmor",
+    ),
+    "seLinuxOptions": (
+        lambda pod: pod["spec"]["securityContext"].update(seLinuxOptions={"type": "spc_t"}),
+        "sandbox pods may not set seLinuxOptions",
+    ),
+    "an unmasked /proc": (
+        lambda pod: sandbox(pod)["securityContext"].update(procMount="Unmasked"),
+        "no container of a sandbox pod may use a procMount other than Default",
+    ),
+    "a sysctl": (
+        lambda pod: pod["spec"]["securityContext"].update(
+            sysctls=[{"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}]
+        ),
+        "sandbox pods may not set sysctls",
+    ),
+    "a third container adding a capability": (
+        lambda pod: pod["spec"]["containers"].append(
+            extra_container("helper", archive(pod)["image"], ["NET_RAW"])
+        ),
+        "only the container quor-archive with the sandbox image may add a capability",
+    ),
+    "a container named quor-firewall adding NET_ADMIN": (
+        lambda pod: pod["spec"]["containers"].append(
+            extra_container("quor-firewall", archive(pod)["image"], ["NET_ADMIN"])
+        ),
+        "only the container quor-archive with the sandbox image may add a capability",
+    ),
+    "the node's user namespace": (
+        lambda pod: pod["spec"].update(hostUsers=True),
+        "sandbox pods must run in a user namespace of their own",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", list(MUTATIONS))
+def test_the_admission_policy_refuses_each_change_to_the_backends_pod(
+    backend_pod, admission_policy, mutation
+):
+    mutate, expected = MUTATIONS[mutation]
+    pod = copy.deepcopy(backend_pod)
+    mutate(pod)
+    refused = refusals(admission_policy, pod)
+    assert any(expected in message for message in refused), refused
 
 
 # --- NetworkPolicies ------------------------------------------------------------------------
@@ -543,7 +765,7 @@ def test_the_image_prepull_daemonset_pulls_like_the_backend_and_is_cut_off(rende
     daemonset = one(objects, "DaemonSet", f"{RELEASE}-sandbox-image-prepull")
     pod = daemonset["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["image"] == "quor-sandbox:latest"
+    assert container["image"] == "quor-sandbox:0.1.0"
     assert container["imagePullPolicy"] == "IfNotPresent"
     assert "priorityClassName" not in pod
     assert pod["automountServiceAccountToken"] is False
@@ -595,8 +817,9 @@ def test_every_control_plane_container_is_locked_down(render, value_set):
 def test_each_process_runs_by_its_command_and_serves_metrics(defaults):
     # args: the image's entrypoint (tini) runs each command as its child.
     commands = {name: component(defaults, name)["containers"][0]["args"] for name in CONTROL_PLANE}
-    web = ["daphne", "-b", "0.0.0.0", "-p", "8000", "quor.asgi:application"]  # noqa: S104
-    assert commands["web"] == web
+    # daphne's own access log (full URLs, query strings, not JSON) off: Quor logs access.
+    web = ["daphne", "-b", "0.0.0.0", "-p", "8000", "--access-log", "/dev/null"]  # noqa: S104
+    assert commands["web"] == [*web, "quor.asgi:application"]
     for queue in ("default", "sandboxes", "agents"):
         command = commands[f"worker-{queue}"]
         assert command[:6] == ["celery", "-A", "quor", "worker", "-Q", queue]

@@ -68,18 +68,6 @@ def celery_worker(queue: str) -> list[str]:
             "--loglevel", "INFO"]  # fmt: skip
 
 
-def wait_for_port(port: int, host: str = "127.0.0.1", log: Path | None = None) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection((host, port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    output = log.read_text() if log else ""
-    raise RuntimeError(f"nothing listens on {host}:{port}\n{output}")
-
-
 def scrape(port: int) -> dict:
     """Every sample the process serves: {(name, frozenset(labels)): value}."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:

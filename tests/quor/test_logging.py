@@ -15,13 +15,13 @@ import pytest
 
 from quor.celery import app
 from quor.lib import logs
+from tests.docker_helpers import wait_for_port
 from tests.quor.running import (
     Processes,
     celery_worker,
     daphne,
     free_port,
     json_lines,
-    wait_for_port,
 )
 
 SECRET = "s3cr3t-do-not-log"
@@ -87,7 +87,7 @@ def test_the_web_process_writes_json_lines_with_the_request_id_and_without_query
 ):
     port = free_port()
     log = processes.start("web", daphne(port), QUOR_LOG_FORMAT="json", QUOR_LOG_LEVEL="INFO")
-    wait_for_port(port, log=log)
+    wait_for_port("127.0.0.1", port, log=log)
 
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     connection.request(
@@ -135,7 +135,7 @@ def test_the_web_app_proxy_access_log_masks_query_values(processes):
          "--access-log"],
         QUOR_LOG_FORMAT="json",
     )  # fmt: skip
-    wait_for_port(port, log=log)
+    wait_for_port("127.0.0.1", port, log=log)
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     connection.request("GET", f"/open?token={SECRET}", headers={"Host": "nothing.example"})
     assert connection.getresponse().status == 404

@@ -20,6 +20,7 @@ from quor.lib import metrics
 from sandboxes.models import Sandbox, Session
 from sandboxes.sessions.services import session_events_report, sessions_fail_lost_turns
 from tests import factories
+from tests.docker_helpers import wait_for_port
 from tests.quor.running import (
     Processes,
     celery_worker,
@@ -28,7 +29,6 @@ from tests.quor.running import (
     free_port,
     sample,
     scrape,
-    wait_for_port,
 )
 
 
@@ -60,7 +60,7 @@ def test_the_web_process_counts_api_errors_and_serves_gauges_read_from_postgresq
     )  # fmt: skip
     web, metrics_port = free_port(), free_port()
     log = processes.start("web", daphne(web), QUOR_METRICS_PORT=str(metrics_port))
-    wait_for_port(web, log=log)
+    wait_for_port("127.0.0.1", web, log=log)
 
     for _ in range(2):
         connection = http.client.HTTPConnection("127.0.0.1", web, timeout=10)
@@ -92,7 +92,7 @@ def test_a_task_run_by_a_prefork_child_is_counted_in_the_worker_main_process_met
     )
     queue, metrics_port = f"metrics-test-{uuid.uuid4().hex[:8]}", free_port()
     log = processes.start("worker", celery_worker(queue), QUOR_METRICS_PORT=str(metrics_port))
-    wait_for_port(metrics_port, log=log)
+    wait_for_port("127.0.0.1", metrics_port, log=log)
 
     app.send_task("approvals.tasks.expire_stale_approvals", queue=queue)
 
@@ -113,7 +113,7 @@ def test_beat_serves_its_metrics(processes, tmp_path):
          "-S", "celery.beat:PersistentScheduler", "-s", str(tmp_path / "schedule")],
         QUOR_METRICS_PORT=str(metrics_port),
     )  # fmt: skip
-    wait_for_port(metrics_port, log=log)
+    wait_for_port("127.0.0.1", metrics_port, log=log)
     samples = scrape(metrics_port)
     assert sample(samples, "process_start_time_seconds") > 0
 
@@ -133,7 +133,7 @@ def test_the_egress_proxy_counts_a_decision_made_in_an_acceptor_process(processe
         QUOR_METRICS_PORT=str(metrics_port),
         QUOR_EXTRA_CA_BUNDLE="",
     )
-    wait_for_port(port, host=host, log=log)
+    wait_for_port(host, port, log=log)
 
     with socket.create_connection((host, port), timeout=30) as client:
         client.sendall(b"GET http://example.test/ HTTP/1.1\r\nHost: example.test\r\n\r\n")
@@ -155,7 +155,7 @@ def test_the_web_app_proxy_counts_requests_by_status_class(processes):
         [sys.executable, "manage.py", "run_webapp_proxy", "--bind", f"127.0.0.1:{port}"],
         QUOR_METRICS_PORT=str(metrics_port),
     )
-    wait_for_port(port, log=log)
+    wait_for_port("127.0.0.1", port, log=log)
 
     for _ in range(3):
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
