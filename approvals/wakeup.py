@@ -66,10 +66,6 @@ class DecisionListener:
         self._grants: dict[str, tuple[float, set[tuple[int, str]]]] = {}
         self._subscribed = threading.Event()
 
-    @property
-    def healthy(self) -> bool:
-        return self._subscribed.is_set()
-
     def start(self) -> None:
         threading.Thread(target=self._run, name="egress-approvals", daemon=True).start()
 

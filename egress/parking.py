@@ -18,6 +18,9 @@ UNAVAILABLE = "unavailable"  # approvals cannot work right now: fail closed
 CLIENT_GONE = "client_gone"  # the sandbox closed the connection: nothing to forward
 DATABASE_TIMEOUT = 30
 CLIENT_CHECK_SECONDS = 0.5
+# The listener subscribes on a process's first parked request and retries a lost
+# Redis every second: a request waits this long for it before failing closed.
+SUBSCRIBE_WAIT_SECONDS = 4
 
 
 def _with_fresh_connection(function, *args, **kwargs):
@@ -43,7 +46,7 @@ class ApprovalDesk:
         `client_gone` is asked twice a second while waiting, and once more after an
         approval: a client that gave up (and may retry) must not get its request sent
         behind its back."""
-        if not self.listener.healthy:
+        if not self.listener.wait_until_subscribed(SUBSCRIBE_WAIT_SECONDS):
             return UNAVAILABLE
         approval_id = uuid.uuid4()
         self.listener.expect(str(approval_id))
