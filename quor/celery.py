@@ -36,12 +36,22 @@ def serve_beat_metrics(**kwargs):
         metrics.serve(settings.QUOR_METRICS_PORT)
 
 
+@signals.before_task_publish.connect
+def pass_on_the_request_id(headers=None, **kwargs):
+    """A task enqueued while serving a request logs that request's id too."""
+    if headers is not None and (current := logs.request_id.get()):
+        headers["quor_request_id"] = current
+
+
 @signals.task_prerun.connect
-def log_with_task_id(task_id=None, **kwargs):
+def log_with_task_id(task_id=None, task=None, **kwargs):
     logs.task_id.set(task_id or "")
+    enqueued_by = getattr(task.request, "quor_request_id", None) if task else None
+    logs.request_id.set(enqueued_by or "")
 
 
 @signals.task_postrun.connect
 def count_task(task=None, state=None, **kwargs):
     metrics.CELERY_TASKS.labels(task.name, (state or "unknown").lower()).inc()
     logs.task_id.set("")
+    logs.request_id.set("")

@@ -93,3 +93,17 @@ def check_kubernetes_backend(app_configs, **kwargs):
     except BackendError as exc:
         errors.append(Error(str(exc), id="quor.E009"))
     return errors
+
+
+@register()
+def check_docker_host_users(app_configs, **kwargs):
+    """A sandbox's users must map to host ids that no account owns."""
+    if settings.QUOR_SANDBOX_BACKEND != "docker":
+        return []
+    try:
+        get_backend("docker").check_host_users()
+    except BackendUnavailable as exc:
+        return [Warning(str(exc), id="quor.W002")]
+    except BackendError as exc:
+        return [Error(str(exc), id="quor.E010")]
+    return []

@@ -370,5 +370,6 @@ LOGGING = {
         for name in ("quor", "sandboxes", "apps", "approvals", "webapps", "egress")
     },
 }
-# Port of this process's Prometheus metrics (/metrics, on every address); 0: none.
+# Port of this process's Prometheus metrics (/metrics); 0: none.
 QUOR_METRICS_PORT = envint("QUOR_METRICS_PORT", 0)
+QUOR_METRICS_ADDRESS = env("QUOR_METRICS_ADDRESS", "0.0.0.0")  # noqa: S104 (pods are scraped)

@@ -1,7 +1,9 @@
 """Helpers for tests against the real Docker Engine."""
 
 import contextlib
+import re
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -65,3 +67,11 @@ def canary_server(host: str):
         stop.set()
         thread.join()
         server.close()
+
+
+def host_ipv4_addresses() -> list[str]:
+    """The host's IPv4 addresses other than 127.0.0.1."""
+    output = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True
+    ).stdout
+    return sorted(set(re.findall(r"inet (\d+\.\d+\.\d+\.\d+)/", output)) - {"127.0.0.1"})

@@ -1253,7 +1253,10 @@ class _PodWorker:
             options = {}
             if empty_dir.get("medium") == "Memory":
                 mode = "3777" if fs_group is not None else "1777"
-                tmpfs = [f"mode={mode}"] + ([f"gid={fs_group}"] if fs_group is not None else [])
+                # Mounted by the daemon on the host: owned by the host ids of the
+                # containers' root (and fsGroup), as Docker's remapping maps them.
+                root_uid, root_gid = self.fake.container_root
+                tmpfs = [f"mode={mode}", f"uid={root_uid}", f"gid={root_gid + (fs_group or 0)}"]
                 if empty_dir.get("sizeLimit"):
                     tmpfs.append(f"size={int(parse_quantity(empty_dir['sizeLimit'])[0])}")
                 options = {
@@ -1886,7 +1889,8 @@ class FakeKubernetes:
         self.docker_network = docker_network
         self.version = version
         self.token = token or secrets.token_urlsafe(24)
-        self.instance = uuid.uuid4().hex[:12]
+        # Its process id first: what a killed test run left is known by a dead pid.
+        self.instance = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.url = ""
         self.requests: list[tuple[str, str]] = []
         # What went wrong inside the fake (a kubelet thread, a handler): tests assert none.
@@ -1899,6 +1903,10 @@ class FakeKubernetes:
         self.claims_lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.closing = False
+        # The node's kubelet is unreachable: a deletion with a grace period is recorded
+        # and never confirmed (only a forced one, grace 0, removes the pod).
+        self.node_lost = False
+        self.container_root = (0, 0)  # the host ids of a container's root
         self._thread: threading.Thread | None = None
         self._events = None
         self._events_thread: threading.Thread | None = None
@@ -1911,6 +1919,12 @@ class FakeKubernetes:
         if not host.startswith("unix://"):
             raise RuntimeError(f"the fake needs the Docker Engine on a unix socket, not {host}")
         self.docker_socket = host.removeprefix("unix://")
+        info = self.docker.info()
+        if any(o.startswith("name=userns") for o in info.get("SecurityOptions") or []):
+            # userns-remap keeps its store in <root>/<uid>.<gid> of the containers' root
+            uid, gid = Path(info["DockerRootDir"]).name.split(".")
+            self.container_root = (int(uid), int(gid))
+        self._remove_what_dead_runs_left()
         network = self.docker.networks.get(self.docker_network)
         for pool in network.attrs["IPAM"]["Config"] or []:
             if pool.get("Gateway"):
@@ -1929,6 +1943,22 @@ class FakeKubernetes:
         self._thread.start()
         if not ready.wait(30) or not self.url:
             raise RuntimeError("the fake Kubernetes API server did not start")
+
+    def _remove_what_dead_runs_left(self) -> None:
+        """Containers and volumes of fakes whose process is gone (a killed test run)."""
+
+        def dead(labels) -> bool:
+            pid = (labels or {}).get(LABEL, "").partition("-")[0]
+            return not pid.isdigit() or not Path(f"/proc/{pid}").exists()
+
+        for container in self.docker.containers.list(all=True, filters={"label": LABEL}):
+            if dead(container.labels):
+                with contextlib.suppress(NotFound):
+                    container.remove(force=True)
+        for volume in self.docker.volumes.list(filters={"label": LABEL}):
+            if dead(volume.attrs.get("Labels")):
+                with contextlib.suppress(NotFound, APIError):
+                    volume.remove(force=True)
 
     def stop(self) -> None:
         self.closing = True
@@ -2306,9 +2336,9 @@ class FakeKubernetes:
         if grace is None:
             grace = pod["spec"]["terminationGracePeriodSeconds"]
         meta = pod["metadata"]
-        if meta.get("deletionTimestamp"):
-            return _json(pod)
         worker = self.workers.get(meta["uid"])
+        if meta.get("deletionTimestamp") and grace != 0:
+            return _json(pod)
         if grace == 0:  # immediately, as a forced delete: the kubelet cleans up afterwards
             deleted = self.store.delete("pods", meta["namespace"], meta["name"])
             if worker is not None:
@@ -2322,7 +2352,7 @@ class FakeKubernetes:
             pod["metadata"]["deletionGracePeriodSeconds"] = grace
 
         pod = self.store.update("pods", meta["namespace"], meta["name"], terminating)
-        if worker is not None:
+        if worker is not None and not self.node_lost:
             worker.inbox.put(("delete", grace, False))
         return _json(pod)
 

@@ -23,6 +23,7 @@ import shutil
 import tempfile
 import time
 
+from django.conf import settings
 from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
@@ -198,12 +199,12 @@ def bounded_code(code: str) -> str:
 
 def serve(port: int, *, collectors=()) -> None:
     """Serves this process's metrics, and those of `collectors`, at
-    http://<any address>:`port`/metrics from a thread of its own. For processes that do
-    not fork."""
+    http://QUOR_METRICS_ADDRESS:`port`/metrics from a thread of its own. For processes
+    that do not fork."""
     for collector in collectors:
         REGISTRY.register(collector)
-    start_http_server(port)
-    logger.info("metrics on port %d", port)
+    start_http_server(port, addr=settings.QUOR_METRICS_ADDRESS)
+    logger.info("metrics on %s:%d", settings.QUOR_METRICS_ADDRESS, port)
 
 
 def serve_multiprocess(port: int) -> None:
@@ -216,8 +217,10 @@ def serve_multiprocess(port: int) -> None:
     atexit.register(_remove_directory, directory, os.getpid())
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry, path=directory)
-    start_http_server(port, registry=registry)
-    logger.info("metrics of this process and its children on port %d", port)
+    start_http_server(port, addr=settings.QUOR_METRICS_ADDRESS, registry=registry)
+    logger.info(
+        "metrics of this process and its children on %s:%d", settings.QUOR_METRICS_ADDRESS, port
+    )
 
 
 def forget_process(pid: int) -> None:

@@ -7,7 +7,8 @@ tests/sandboxes/backends/test_contract.py states what every backend must do.
 """
 
 import json
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from sandboxes.image import FS_HELPER, WORKSPACE
@@ -28,6 +29,24 @@ class RuntimeMissing(BackendError):
 class UnreadableFiles(BackendError):
     """The workspace holds files the sandbox user may not read (it took their permissions
     away): only the runtime's own archive can hold them."""
+
+
+class StartUpChecks:
+    """The servers that passed a backend's start-up check in this process: a backend
+    is made for every operation, and making one does no I/O, so the check runs before
+    the first call that needs it."""
+
+    def __init__(self, passed: Iterable[str] = ()):
+        self._passed = set(passed)
+        self._lock = threading.Lock()
+
+    def run_once(self, server: str, check: Callable[[], None]) -> None:
+        with self._lock:
+            if server in self._passed:
+                return
+        check()
+        with self._lock:
+            self._passed.add(server)
 
 
 class UnsafeSandboxSpec(BackendError):

@@ -33,6 +33,7 @@ from sandboxes.backends.base import (
     RuntimeStatus,
     SandboxBackend,
     SandboxSpec,
+    StartUpChecks,
     validate_spec,
 )
 from sandboxes.backends.execution import Execution, Start, run_bounded, stream_stdout
@@ -48,6 +49,14 @@ USER = f"{SANDBOX_UID}:{SANDBOX_UID}"
 RECEIVE_AND_UNPACK = transfer.RECEIVE_AND_UNPACK
 SEND_ARCHIVE = transfer.SEND_ARCHIVE
 _first_line = transfer.first_line
+host_user_checks = StartUpChecks()
+
+
+def remaps_user_ids(engine_info: dict) -> bool:
+    """Whether the engine runs containers in a user namespace of their own (userns-remap,
+    or rootless Docker), so that a sandbox's ids are not the host's ids."""
+    options = engine_info.get("SecurityOptions") or []
+    return any(option.startswith(("name=userns", "name=rootless")) for option in options)
 
 
 def sandbox_network_gateway() -> str:
@@ -92,6 +101,20 @@ class DockerBackend(SandboxBackend):
             self.api.ping()
         except DockerException as exc:
             raise _unreachable(exc) from exc
+
+    def check_host_users(self) -> None:
+        """Raises BackendError for an engine that would run the sandbox user as the
+        host's uid 1000 (on most hosts, its first human user) and its root as root."""
+        try:
+            info = self.client.info()
+        except DockerException as exc:
+            raise _unreachable(exc) from exc
+        if not remaps_user_ids(info):
+            raise BackendError(
+                "Docker Engine runs containers with the host's own user ids: a process that "
+                'escaped a sandbox would act as a host account. Set "userns-remap": "default" '
+                "in /etc/docker/daemon.json and restart dockerd (tools/provision does this)."
+            )
 
     def egress_proxy_address(self) -> str:
         """The host's address on the sandboxes' bridge (created if missing)."""
@@ -193,6 +216,7 @@ class DockerBackend(SandboxBackend):
             try:
                 container = self._container(spec.sandbox_id)
             except RuntimeMissing:
+                host_user_checks.run_once(self.api.base_url, self.check_host_users)
                 self.client.volumes.create(
                     self.volume_name(spec.sandbox_id), labels=self._labels(spec.sandbox_id)
                 )

@@ -23,7 +23,6 @@ import functools
 import json
 import os
 import re
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from sandboxes.backends.base import (
     RuntimeStatus,
     SandboxBackend,
     SandboxSpec,
+    StartUpChecks,
     validate_spec,
 )
 from sandboxes.backends.execution import (
@@ -90,8 +90,7 @@ SIDECAR_RESOURCES = {"cpu": "250m", "memory": "128Mi", "ephemeral-storage": "64M
 # A first failed pull (ErrImagePull) may be passing; these are not.
 IMAGE_UNAVAILABLE = {"ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"}
 
-_checked_servers: set[str] = set()
-_checked_lock = threading.Lock()
+version_checks = StartUpChecks()
 
 
 @dataclass(frozen=True)
@@ -365,14 +364,7 @@ class KubernetesBackend(SandboxBackend):
         check_server_version(info["gitVersion"], info["major"], info["minor"])
 
     def _check_version_once(self) -> None:
-        """Before the first call to a server in this process (a backend is made for
-        every operation, and making one does no I/O)."""
-        with _checked_lock:
-            if self.configuration.host in _checked_servers:
-                return
-        self.check_version()
-        with _checked_lock:
-            _checked_servers.add(self.configuration.host)
+        version_checks.run_once(self.configuration.host, self.check_version)
 
     # --- the API ---------------------------------------------------------------------
 

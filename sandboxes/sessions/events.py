@@ -33,10 +33,15 @@ def _publish(session_id, events: list[dict]) -> None:
     )
 
 
+def newest_turn(session: Session) -> AgentEvent | None:
+    """The `session_started` event of the session's newest turn."""
+    return session.events.filter(kind="session_started").order_by("-seq").first()
+
+
 def turn_started_at(session: Session):
     """When the session's newest turn started (None if it never had one)."""
-    started = session.events.filter(kind="session_started").order_by("-seq")
-    return started.values_list("created_at", flat=True).first()
+    turn = newest_turn(session)
+    return turn and turn.created_at
 
 
 def session_events_append(

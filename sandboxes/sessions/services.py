@@ -21,7 +21,7 @@ from sandboxes.image import WORKSPACE
 from sandboxes.library.managed import sync_managed_area
 from sandboxes.models import AgentEvent, Attachment, Sandbox, Session, Skill
 from sandboxes.runtime import services
-from sandboxes.sessions.events import session_events_append, turn_started_at
+from sandboxes.sessions.events import newest_turn, session_events_append, turn_started_at
 from sandboxes.signals import session_status_changed
 
 # Kinds the agent runtime may report, and the session status each one leaves behind.
@@ -217,7 +217,7 @@ def sessions_fail_lost_turns() -> int:
     now = timezone.now()
     ended = 0
     for session in Session.objects.filter(status=Session.Status.RUNNING).select_related("sandbox"):
-        turn = session.events.filter(kind="session_started").order_by("-seq").first()
+        turn = newest_turn(session)
         outcome = turn and _turn_outcome_if_over(session, turn, now)
         if not outcome:
             continue

@@ -113,18 +113,27 @@ def test_the_web_process_writes_json_lines_with_the_request_id_and_without_query
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_celery_task_logs_its_task_id(processes):
+def test_a_celery_task_logs_its_task_id_and_the_request_that_enqueued_it(processes):
     queue = f"logging-test-{uuid.uuid4().hex[:8]}"
     log = processes.start("worker", celery_worker(queue), QUOR_LOG_FORMAT="json")
-    sent = app.send_task("approvals.tasks.expire_stale_approvals", queue=queue)
+    token = logs.request_id.set("req-7")
+    try:
+        traced = app.send_task("approvals.tasks.expire_stale_approvals", queue=queue)
+    finally:
+        logs.request_id.reset(token)
+    untraced = app.send_task("approvals.tasks.expire_stale_approvals", queue=queue)
 
-    def task_lines():
-        return [line for line in json_lines(log) if line.get("task_id") == sent.id]
+    def lines_of(task_id):
+        deadline = time.monotonic() + 30
+        while True:
+            lines = [line for line in json_lines(log) if line.get("task_id") == task_id]
+            if any("succeeded" in line["message"] for line in lines):
+                return lines
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
 
-    deadline = time.monotonic() + 30
-    while not task_lines() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert any("succeeded" in line["message"] for line in task_lines()), log.read_text()
+    assert {line.get("request_id") for line in lines_of(traced.id)} == {"req-7"}
+    assert {line.get("request_id") for line in lines_of(untraced.id)} == {None}
 
 
 def test_the_web_app_proxy_access_log_masks_query_values(processes):

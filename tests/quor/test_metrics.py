@@ -20,7 +20,7 @@ from quor.lib import metrics
 from sandboxes.models import Sandbox, Session
 from sandboxes.sessions.services import session_events_report, sessions_fail_lost_turns
 from tests import factories
-from tests.docker_helpers import wait_for_port
+from tests.docker_helpers import host_ipv4_addresses, wait_for_port
 from tests.quor.running import (
     Processes,
     celery_worker,
@@ -116,6 +116,22 @@ def test_beat_serves_its_metrics(processes, tmp_path):
     wait_for_port("127.0.0.1", metrics_port, log=log)
     samples = scrape(metrics_port)
     assert sample(samples, "process_start_time_seconds") > 0
+
+
+def test_metrics_bind_only_the_configured_address(processes, tmp_path):
+    metrics_port = free_port()
+    log = processes.start(
+        "beat",
+        [sys.executable, "-m", "celery", "-A", "quor", "beat", "--loglevel", "WARNING",
+         "-S", "celery.beat:PersistentScheduler", "-s", str(tmp_path / "schedule")],
+        QUOR_METRICS_PORT=str(metrics_port), QUOR_METRICS_ADDRESS="127.0.0.1",
+    )  # fmt: skip
+    wait_for_port("127.0.0.1", metrics_port, log=log)
+    others = host_ipv4_addresses()
+    assert others  # docker0 at least
+    for address in others:
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((address, metrics_port), timeout=3).close()
 
 
 @pytest.mark.docker

@@ -7,11 +7,14 @@ import tarfile
 import threading
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 from django.db import connection
 from django.test import override_settings
 
+from quor.checks import check_docker_host_users
 from sandboxes.backends import docker as docker_backend
-from sandboxes.backends.base import BackendError
+from sandboxes.backends.base import BackendError, StartUpChecks
 from sandboxes.backends.docker import DockerBackend
 from sandboxes.models import Sandbox
 from sandboxes.runtime import services
@@ -281,3 +284,35 @@ def tar_of(name: str, content: bytes) -> bytes:
         info.size = len(content)
         tar.addfile(info, io.BytesIO(content))
     return buffer.getvalue()
+
+
+@pytest.fixture
+def engine_without_user_namespaces(monkeypatch):
+    """The real engine, reporting what an engine without userns-remap reports."""
+    import docker
+
+    real = docker.from_env().info()
+    options = [o for o in real["SecurityOptions"] if not o.startswith("name=userns")]
+    monkeypatch.setattr(
+        docker.DockerClient, "info", lambda self: {**real, "SecurityOptions": options}
+    )
+    monkeypatch.setattr(docker_backend, "host_user_checks", StartUpChecks())
+
+
+def test_the_engine_here_maps_sandbox_users_to_other_host_ids():
+    real = DockerBackend().client.info()
+    assert docker_backend.remaps_user_ids(real)
+    DockerBackend().check_host_users()
+    assert check_docker_host_users(None) == []
+
+
+def test_an_engine_that_keeps_the_hosts_user_ids_gets_no_sandbox(
+    owner, egress_proxy, clean_runtimes, engine_without_user_namespaces
+):
+    with pytest.raises(services.SandboxUnavailable, match="host's own user ids"):
+        services.sandbox_ensure(user=owner)
+    assert Sandbox.objects.get(user=owner).state == Sandbox.State.FAILED
+    backend = DockerBackend()
+    assert backend.list_instances() == [] and backend.list_workspaces() == []
+    with pytest.raises(SystemCheckError, match=r"quor\.E010.*userns-remap"):
+        call_command("check")

@@ -1,16 +1,18 @@
 """Network isolation, probed from inside real sandboxes as the sandbox user."""
 
 import json
+import os
+import pwd
 import re
 import socket
-import subprocess
+from pathlib import Path
 
 import pytest
 
 from sandboxes.backends.docker import sandbox_network_gateway
 from sandboxes.runtime import services
 from tests import factories
-from tests.docker_helpers import canary_server, container_of, wait_for_port
+from tests.docker_helpers import canary_server, container_of, host_ipv4_addresses, wait_for_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]
 
@@ -37,13 +39,6 @@ def probe(user, targets):
     )
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout)
-
-
-def host_ipv4_addresses():
-    output = subprocess.run(
-        ["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True
-    ).stdout
-    return sorted(set(re.findall(r"inet (\d+\.\d+\.\d+\.\d+)/", output)) - {"127.0.0.1"})
 
 
 @pytest.fixture
@@ -114,3 +109,38 @@ def test_the_sandbox_is_attached_only_to_its_dedicated_network(running_sandbox, 
     network = docker_client.networks.get(DockerBackend().network_name)
     assert network.attrs["Internal"] is True
     assert network.attrs["Options"]["com.docker.network.bridge.enable_icc"] == "false"
+
+
+def host_view_of_processes(pid_in_host: int) -> dict[int, tuple[int, str]]:
+    """Every host process in the same PID namespace as `pid_in_host`: host pid to
+    (real uid as the host sees it, command)."""
+    namespace = os.readlink(f"/proc/{pid_in_host}/ns/pid")
+    found = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if os.readlink(entry / "ns/pid") != namespace:
+                continue
+            status = (entry / "status").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except OSError:
+            continue
+        uid = int(re.search(r"^Uid:\s+(\d+)", status, re.MULTILINE).group(1))
+        found[int(entry.name)] = (uid, command)
+    return found
+
+
+def test_sandbox_users_map_to_host_ids_that_no_account_owns(running_sandbox, owner, docker_client):
+    inside = services.sandbox_exec(user=owner, argv=["id", "-u"], timeout_s=30)
+    assert inside.stdout.decode().strip() == "1000"
+    init_pid = container_of(docker_client, running_sandbox).attrs["State"]["Pid"]
+    inside_start, host_start, length = map(
+        int, Path(f"/proc/{init_pid}/uid_map").read_text().split()
+    )
+    assert (inside_start, length) == (0, 65536) and host_start not in (0, 1000)
+    processes = host_view_of_processes(init_pid)
+    uids = {uid for uid, _ in processes.values()}
+    assert uids == {host_start, host_start + 1000}, processes  # the sandbox's root, its user
+    assert any(command == "sleep infinity" for uid, command in processes.values()
+               if uid == host_start + 1000), processes  # fmt: skip
+    owned = [a.pw_name for a in pwd.getpwall() if host_start <= a.pw_uid < host_start + length]
+    assert owned == []  # no host account owns any id a sandbox can have

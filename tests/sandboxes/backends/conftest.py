@@ -10,7 +10,7 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from sandboxes.backends.base import SandboxSpec
+from sandboxes.backends.base import SandboxSpec, StartUpChecks
 from sandboxes.backends.memory import MemoryBackend
 
 MISSING_DOCKER_SOCKET = "unix:///nonexistent/quor-test/docker.sock"
@@ -112,7 +112,7 @@ class KubernetesEngine:
         from sandboxes.backends import kubernetes
 
         monkeypatch.setattr(settings, "QUOR_KUBERNETES_KUBECONFIG", str(self.dead_kubeconfig))
-        monkeypatch.setattr(kubernetes, "_checked_servers", {DEAD_SERVER})
+        monkeypatch.setattr(kubernetes, "version_checks", StartUpChecks([DEAD_SERVER]))
         return kubernetes.KubernetesBackend()
 
     def lose_runtime(self, sandbox_id):

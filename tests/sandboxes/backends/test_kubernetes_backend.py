@@ -17,7 +17,7 @@ from django.core.management.base import SystemCheckError
 from django.test import override_settings
 from kubernetes.client.rest import ApiException
 
-from sandboxes.backends.base import BackendError, BackendUnavailable
+from sandboxes.backends.base import BackendError, BackendUnavailable, StartUpChecks
 from sandboxes.backends.docker import sandbox_network_gateway
 from sandboxes.backends.kubernetes import (
     FIREWALL_CONTAINER,
@@ -117,6 +117,28 @@ def test_an_evicted_pod_is_not_running_and_ensure_makes_a_new_one_on_the_same_wo
     assert run(backend, spec.sandbox_id, ["cat", "note.txt"]).stdout == b"kept\n"
 
 
+def test_a_pod_on_a_lost_node_is_force_deleted_after_its_grace(cluster, started, monkeypatch):
+    from sandboxes.backends import kubernetes as backend_module
+
+    monkeypatch.setattr(backend_module, "FORCE_AFTER_S", 1)
+    monkeypatch.setattr(backend_module, "GONE_TIMEOUT_S", 20)
+    backend, start = started
+    spec = start()
+    name = backend.pod_name(spec.sandbox_id)
+    cluster.fake.node_lost = True
+    try:
+        backend.stop(spec.sandbox_id)
+    finally:
+        cluster.fake.node_lost = False
+    with pytest.raises(ApiException) as gone:
+        backend.core.read_namespaced_pod(name, backend.namespace)
+    assert gone.value.status == 404
+    deletes = [
+        path for method, path in cluster.fake.requests if method == "DELETE" and name in path
+    ]
+    assert len(deletes) == 2  # the graceful one the lost kubelet never confirmed, then forced
+
+
 def test_a_watch_whose_history_expired_reads_the_pod_again_and_goes_on(
     cluster, started, monkeypatch
 ):
@@ -198,7 +220,7 @@ def test_a_server_older_than_the_minimum_is_refused_at_start_up_saying_why(tmp_p
     from sandboxes.backends import kubernetes as backend_module
     from tests.kubernetes_api import FakeKubernetes
 
-    monkeypatch.setattr(backend_module, "_checked_servers", set())  # ports are reused
+    monkeypatch.setattr(backend_module, "version_checks", StartUpChecks())  # ports are reused
 
     old = FakeKubernetes(docker_network="none", version=(1, 29))
     old.start()

@@ -746,3 +746,22 @@ def test_a_deleted_pod_terminates_then_goes_with_its_emptydirs_and_leaves_its_cl
         lambda: api.list_namespaced_persistent_volume_claim(namespace).items,
         lambda items: not items,
     )
+
+
+def test_a_new_fake_removes_what_the_fake_of_a_killed_run_left(engine):
+    _, client = engine
+    image = settings.QUOR_SANDBOX_IMAGE
+    dead, alive = {LABEL: "999999999-deadbeef"}, {LABEL: f"{os.getpid()}-stillhere"}
+    made = [client.containers.create(image, labels=labels) for labels in (dead, alive)]
+    volumes = [client.volumes.create(labels=labels) for labels in (dead, alive)]
+    another = FakeKubernetes(docker_network="none")
+    another.start()
+    try:
+        left = {c.id for c in client.containers.list(all=True, filters={"label": LABEL})}
+        left_volumes = {v.name for v in client.volumes.list(filters={"label": LABEL})}
+        assert made[0].id not in left and made[1].id in left
+        assert volumes[0].name not in left_volumes and volumes[1].name in left_volumes
+    finally:
+        another.stop()
+        made[1].remove(force=True)
+        volumes[1].remove(force=True)
