@@ -65,9 +65,18 @@ class DecisionListener:
         self._waiters: dict[str, _Waiter] = {}
         self._grants: dict[str, tuple[float, set[tuple[int, str]]]] = {}
         self._subscribed = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        threading.Thread(target=self._run, name="egress-approvals", daemon=True).start()
+        self._thread = threading.Thread(target=self._run, name="egress-approvals", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Within about a second; parked requests fail closed."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(10)
 
     def wait_until_subscribed(self, timeout: float) -> bool:
         return self._subscribed.wait(timeout)
@@ -120,7 +129,7 @@ class DecisionListener:
                 waiter.event.set()
 
     def _run(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             try:
                 client = redis.Redis.from_url(
                     settings.REDIS_URL,
@@ -132,13 +141,17 @@ class DecisionListener:
                 pubsub.subscribe(channel())
                 pubsub.get_message(timeout=2)  # the subscribe confirmation
                 self._subscribed.set()
-                while True:
+                while not self._stopping.is_set():
                     message = pubsub.get_message(timeout=1.0)
                     if message and message.get("type") == "message":
                         self._deliver(message["data"])
+                pubsub.close()
+                client.close()
             except Exception:
                 if self._subscribed.is_set():
                     logger.warning("lost Redis: parked requests fail closed", exc_info=True)
                 self._subscribed.clear()
                 self._fail_all()
-                time.sleep(1)
+                self._stopping.wait(1)
+        self._subscribed.clear()
+        self._fail_all()

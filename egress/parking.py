@@ -18,8 +18,8 @@ UNAVAILABLE = "unavailable"  # approvals cannot work right now: fail closed
 CLIENT_GONE = "client_gone"  # the sandbox closed the connection: nothing to forward
 DATABASE_TIMEOUT = 30
 CLIENT_CHECK_SECONDS = 0.5
-# The listener subscribes on a process's first parked request and retries a lost
-# Redis every second: a request waits this long for it before failing closed.
+# The listener subscribes when an acceptor takes its first connection and retries a
+# lost Redis every second: a request waits this long for it before failing closed.
 SUBSCRIBE_WAIT_SECONDS = 4
 
 
@@ -38,6 +38,10 @@ class ApprovalDesk:
 
     def start(self) -> None:
         self.listener.start()
+
+    def stop(self) -> None:
+        self.listener.stop()
+        self._pool.shutdown(wait=True)
 
     def park_and_wait(self, *, client_gone=lambda: False, **request) -> str:
         """Records the request, waits for the decision, returns the final status:

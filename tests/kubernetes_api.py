@@ -1879,6 +1879,10 @@ def _without_type(obj: dict) -> dict:
     return {key: value for key, value in obj.items() if key not in ("kind", "apiVersion")}
 
 
+def _pid_namespace() -> str:
+    return os.readlink("/proc/self/ns/pid").removeprefix("pid:[").removesuffix("]")
+
+
 class FakeKubernetes:
     """The API server and its one node. `start()` serves on 127.0.0.1; `stop()` also
     removes every Docker container and volume it made (the network is the caller's)."""
@@ -1889,8 +1893,9 @@ class FakeKubernetes:
         self.docker_network = docker_network
         self.version = version
         self.token = token or secrets.token_urlsafe(24)
-        # Its process id first: what a killed test run left is known by a dead pid.
-        self.instance = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        # Its PID namespace and process id first: what a killed test run left is known
+        # by a dead pid in this namespace.
+        self.instance = f"{_pid_namespace()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.url = ""
         self.requests: list[tuple[str, str]] = []
         # What went wrong inside the fake (a kubelet thread, a handler): tests assert none.
@@ -1948,8 +1953,11 @@ class FakeKubernetes:
         """Containers and volumes of fakes whose process is gone (a killed test run)."""
 
         def dead(labels) -> bool:
-            pid = (labels or {}).get(LABEL, "").partition("-")[0]
-            return not pid.isdigit() or not Path(f"/proc/{pid}").exists()
+            namespace, _, rest = (labels or {}).get(LABEL, "").partition("-")
+            pid = rest.partition("-")[0]
+            if namespace != _pid_namespace() or not pid.isdigit():
+                return False  # another machine's or container's run: not ours to judge
+            return not Path(f"/proc/{pid}").exists()
 
         for container in self.docker.containers.list(all=True, filters={"label": LABEL}):
             if dead(container.labels):

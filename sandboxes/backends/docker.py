@@ -33,7 +33,6 @@ from sandboxes.backends.base import (
     RuntimeStatus,
     SandboxBackend,
     SandboxSpec,
-    StartUpChecks,
     validate_spec,
 )
 from sandboxes.backends.execution import Execution, Start, run_bounded, stream_stdout
@@ -49,7 +48,6 @@ USER = f"{SANDBOX_UID}:{SANDBOX_UID}"
 RECEIVE_AND_UNPACK = transfer.RECEIVE_AND_UNPACK
 SEND_ARCHIVE = transfer.SEND_ARCHIVE
 _first_line = transfer.first_line
-host_user_checks = StartUpChecks()
 
 
 def remaps_user_ids(engine_info: dict) -> bool:
@@ -216,7 +214,7 @@ class DockerBackend(SandboxBackend):
             try:
                 container = self._container(spec.sandbox_id)
             except RuntimeMissing:
-                host_user_checks.run_once(self.api.base_url, self.check_host_users)
+                self.check_host_users()  # a restarted daemon may have lost its remapping
                 self.client.volumes.create(
                     self.volume_name(spec.sandbox_id), labels=self._labels(spec.sandbox_id)
                 )

@@ -325,7 +325,10 @@ def test_a_request_whose_client_gave_up_is_never_sent(session, owner, upstream_f
         user=owner, session=session, argv=["python3", "-c", GIVE_UP], timeout_s=60
     )
     assert run.stdout.decode().strip() == "gave up", run.stderr
-    approval = ApprovalRequest.objects.get(session=session)
+    deadline = time.monotonic() + 10  # the proxy may still be parking it
+    while not (approval := ApprovalRequest.objects.filter(session=session).first()):
+        assert time.monotonic() < deadline, "the request was never parked"
+        time.sleep(0.1)
     deadline = time.monotonic() + 5
     while approval.status == "pending":
         assert time.monotonic() < deadline, "the proxy did not notice the client left"

@@ -1,6 +1,7 @@
 """The proxy's approval desk against the real test Redis and database: a parked
 request waits for its decision listener rather than failing while it subscribes."""
 
+import threading
 import time
 
 import pytest
@@ -31,19 +32,32 @@ def request_to_park(owner, org):
     }
 
 
-def test_the_first_request_after_the_desk_starts_is_parked_not_refused(request_to_park):
+@pytest.fixture
+def desk():
     desk = ApprovalDesk()
+    yield desk
+    desk.stop()
+
+
+def test_the_first_request_after_the_desk_starts_is_parked_not_refused(desk, request_to_park):
     desk.start()
     status = desk.park_and_wait(client_gone=lambda: True, **request_to_park)
     assert status == ApprovalRequest.Status.EXPIRED
     assert ApprovalRequest.objects.get().decided_via == "proxy"
 
 
-def test_a_request_fails_closed_when_redis_stays_unreachable(request_to_park, settings):
+def test_a_request_fails_closed_when_redis_stays_unreachable(desk, request_to_park, settings):
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
-    desk = ApprovalDesk()
     desk.start()
     started = time.monotonic()
     assert desk.park_and_wait(**request_to_park) == UNAVAILABLE
     assert time.monotonic() - started >= SUBSCRIBE_WAIT_SECONDS
     assert not ApprovalRequest.objects.exists()
+
+
+def test_a_stopped_desk_leaves_no_thread_behind():
+    desk = ApprovalDesk()
+    desk.start()
+    assert desk.listener.wait_until_subscribed(SUBSCRIBE_WAIT_SECONDS)
+    desk.stop()
+    assert not [t for t in threading.enumerate() if t.name.startswith("egress-approvals")]

@@ -14,7 +14,7 @@ from django.test import override_settings
 
 from quor.checks import check_docker_host_users
 from sandboxes.backends import docker as docker_backend
-from sandboxes.backends.base import BackendError, StartUpChecks
+from sandboxes.backends.base import BackendError
 from sandboxes.backends.docker import DockerBackend
 from sandboxes.models import Sandbox
 from sandboxes.runtime import services
@@ -296,7 +296,6 @@ def engine_without_user_namespaces(monkeypatch):
     monkeypatch.setattr(
         docker.DockerClient, "info", lambda self: {**real, "SecurityOptions": options}
     )
-    monkeypatch.setattr(docker_backend, "host_user_checks", StartUpChecks())
 
 
 def test_the_engine_here_maps_sandbox_users_to_other_host_ids():

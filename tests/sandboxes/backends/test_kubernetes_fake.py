@@ -751,7 +751,9 @@ def test_a_deleted_pod_terminates_then_goes_with_its_emptydirs_and_leaves_its_cl
 def test_a_new_fake_removes_what_the_fake_of_a_killed_run_left(engine):
     _, client = engine
     image = settings.QUOR_SANDBOX_IMAGE
-    dead, alive = {LABEL: "999999999-deadbeef"}, {LABEL: f"{os.getpid()}-stillhere"}
+    namespace = os.readlink("/proc/self/ns/pid").removeprefix("pid:[").removesuffix("]")
+    dead = {LABEL: f"{namespace}-999999999-deadbeef"}
+    alive = {LABEL: f"{namespace}-{os.getpid()}-stillhere"}
     made = [client.containers.create(image, labels=labels) for labels in (dead, alive)]
     volumes = [client.volumes.create(labels=labels) for labels in (dead, alive)]
     another = FakeKubernetes(docker_network="none")
