@@ -105,28 +105,26 @@ def test_a_task_run_by_a_prefork_child_is_counted_in_the_worker_main_process_met
     assert ApprovalRequest.objects.get().status == ApprovalRequest.Status.EXPIRED
 
 
-def test_beat_serves_its_metrics(processes, tmp_path):
+def start_beat(processes, tmp_path, **environment) -> int:
+    """Celery beat serving its metrics; returns their port once it listens on loopback."""
     metrics_port = free_port()
     log = processes.start(
         "beat",
         [sys.executable, "-m", "celery", "-A", "quor", "beat", "--loglevel", "WARNING",
          "-S", "celery.beat:PersistentScheduler", "-s", str(tmp_path / "schedule")],
-        QUOR_METRICS_PORT=str(metrics_port),
+        QUOR_METRICS_PORT=str(metrics_port), **environment,
     )  # fmt: skip
     wait_for_port("127.0.0.1", metrics_port, log=log)
-    samples = scrape(metrics_port)
+    return metrics_port
+
+
+def test_beat_serves_its_metrics(processes, tmp_path):
+    samples = scrape(start_beat(processes, tmp_path))
     assert sample(samples, "process_start_time_seconds") > 0
 
 
 def test_metrics_bind_only_the_configured_address(processes, tmp_path):
-    metrics_port = free_port()
-    log = processes.start(
-        "beat",
-        [sys.executable, "-m", "celery", "-A", "quor", "beat", "--loglevel", "WARNING",
-         "-S", "celery.beat:PersistentScheduler", "-s", str(tmp_path / "schedule")],
-        QUOR_METRICS_PORT=str(metrics_port), QUOR_METRICS_ADDRESS="127.0.0.1",
-    )  # fmt: skip
-    wait_for_port("127.0.0.1", metrics_port, log=log)
+    metrics_port = start_beat(processes, tmp_path, QUOR_METRICS_ADDRESS="127.0.0.1")
     others = host_ipv4_addresses()
     assert others  # docker0 at least
     for address in others:
