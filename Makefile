@@ -2,7 +2,7 @@
 PYTHON := .venv/bin/python
 SHELL := /bin/bash
 
-.PHONY: dev test compose-test provision venv lint format migrate sandbox-image lock
+.PHONY: dev test compose-test provision venv lint format migrate sandbox-image lock screenshots
 
 provision:
 	tools/provision
@@ -21,6 +21,11 @@ dev: provision
 
 test: provision
 	$(PYTHON) -m pytest
+
+# The pictures of the main pages in docs/screenshots: the browser tests (tests/ui), which
+# write them when QUOR_SCREENSHOTS_DIR is set.
+screenshots: provision
+	QUOR_SCREENSHOTS_DIR=docs/screenshots $(PYTHON) -m pytest -q -p no:cacheprovider tests/ui
 
 # Brings the Compose deployment (deploy/compose) up for real, runs a demo session, probes
 # the sandbox's isolation, then takes it all down (tools/compose-check).

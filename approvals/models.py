@@ -35,6 +35,9 @@ class ApprovalRequest(models.Model):
     method = models.CharField(max_length=16)
     url = models.TextField(verbose_name="URL", help_text="Query string values masked.")
     summary = models.CharField(max_length=300)
+    body_preview = models.TextField(
+        blank=True, help_text="The start of the request's body as text, for the user to read."
+    )
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     decided_via = models.CharField(max_length=20, choices=DecidedVia.choices, blank=True)
     decided_by = models.ForeignKey(

@@ -5,8 +5,10 @@ its row says approved. Every decision goes through one conditional update
 (`status = pending`), so the user, the proxy's timeout and a cancelled turn cannot
 both win. Redis only wakes the waiting proxy (`approvals.wakeup`)."""
 
+import re
 import uuid
 from datetime import timedelta
+from urllib.parse import unquote_plus
 
 from django.conf import settings
 from django.db import transaction
@@ -29,6 +31,66 @@ DECISIONS = {
 }
 
 
+# What the approval card shows of a request's body: enough to judge it, never all of it.
+BODY_PREVIEW_CHARS = 2000
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+# Names of fields whose values are masked in the preview, which is kept with the
+# approval and its event: password, client_secret, access_token, apiKey, Authorization...
+# (not max_tokens or author).
+_SECRET_NAME = re.compile(
+    r"passw|passphrase|pwd|secret|token(?!s)|api_?key|access_?key|private_?key|authoriz|auth(?!or)"
+    r"|credential|cookie|signature|^pin$|^key$",
+    re.IGNORECASE,
+)
+MASK = "***"  # as the query values of URLs (egress.audit.mask_path)
+# A form-encoded body: name=value pairs joined by "&", nothing else.
+_FORM_BODY = re.compile(r"[^\s=&]+=[^\s&]*(?:&[^\s=&]+(?:=[^\s&]*)?)*&?")
+# A JSON member whose value is a string; the string may be cut off by the preview's end.
+_JSON_STRING_MEMBER = re.compile(r'"((?:[^"\\]|\\.)*)"(\s*:\s*)"(?:[^"\\]|\\.)*("|\\?$)')
+
+
+def _is_secret_name(name: str) -> bool:
+    return bool(_SECRET_NAME.search(name.replace("-", "_")))
+
+
+def mask_secrets(text: str) -> str:
+    """`text` with the values of secret-looking fields masked, in a form-encoded body
+    (`client_secret=***`) or in JSON (`"token": "***"`), even JSON cut off at the end.
+    Only strings are masked in JSON (`"max_tokens": 100` stays)."""
+    stripped = text.strip()
+    if not stripped.startswith(("{", "[")) and _FORM_BODY.fullmatch(stripped):
+        pairs = []
+        for pair in text.split("&"):
+            name, sep, _ = pair.partition("=")
+            secret = sep and _is_secret_name(unquote_plus(name))
+            pairs.append(f"{name}={MASK}" if secret else pair)
+        return "&".join(pairs)
+
+    def member(match):
+        if not _is_secret_name(match[1]):
+            return match[0]
+        return f'"{match[1]}"{match[2]}"{MASK}"'
+
+    return _JSON_STRING_MEMBER.sub(member, text)
+
+
+def request_body_preview(body: bytes | None) -> str:
+    """The start of a request body as text for people: UTF-8 (binary data is only
+    named), control characters but line breaks and tabs removed, values of
+    secret-looking fields masked, bounded."""
+    if not body:
+        return ""
+    head = body[: BODY_PREVIEW_CHARS * 4]
+    if b"\x00" in head:
+        return f"(binary data, {len(body)} bytes)"
+    text = mask_secrets(_CONTROL_CHARACTERS.sub("", head.decode("utf-8", "replace")))
+    if len(text) > BODY_PREVIEW_CHARS or len(head) < len(body):
+        return text[:BODY_PREVIEW_CHARS] + f"… ({len(body)} bytes in all)"
+    return text
+
+
 def approval_payload(approval: ApprovalRequest) -> dict:
     """What the session page, the API and the events show of an approval."""
     return {
@@ -39,6 +101,7 @@ def approval_payload(approval: ApprovalRequest) -> dict:
         "method": approval.method,
         "url": approval.url,
         "summary": approval.summary,
+        "body_preview": approval.body_preview,
         "status": approval.status,
         "decided_via": approval.decided_via,
         "created_at": approval.created_at.isoformat(),
@@ -68,9 +131,11 @@ def park_request_for_approval(
     method: str,
     url: str,
     summary: str,
+    body: bytes = b"",
 ) -> ApprovalRequest | None:
     """Records a parked request and sends its card to the session; None when a grant
-    for this session already covers it (it landed after the proxy's snapshot)."""
+    for this session already covers it (it landed after the proxy's snapshot). The card
+    shows the start of the request's body (`body`)."""
     keys = [a["key"] for a in actions if a["policy"] == "ask"]
     with transaction.atomic():
         session = _lock_session(session_id)
@@ -85,6 +150,7 @@ def park_request_for_approval(
             method=method[:16],
             url=url,
             summary=summary[:300],
+            body_preview=request_body_preview(body),
             expires_at=timezone.now() + timedelta(seconds=settings.QUOR_APPROVAL_TIMEOUT_SECONDS),
         )
         session_events_append(

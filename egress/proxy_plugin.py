@@ -279,7 +279,7 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
         if decision.outcome == policy.REFUSE:
             raise app_refusal(decision.reason, decision)
         if decision.outcome == policy.PARK:
-            self._park(decision, method, target, intercepted)
+            self._park(decision, method, target, intercepted, request.body)
         if decision.outcome == policy.FORWARD:
             return {}, ""
         credential = app_credential(self.context, decision, headers)
@@ -297,8 +297,9 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
             return True
         return bool(readable)
 
-    def _park(self, decision, method: str, target: str, intercepted: bool) -> None:
-        """Waits for the session owner; returns only if the request was approved."""
+    def _park(self, decision, method: str, target: str, intercepted: bool, body) -> None:
+        """Waits for the session owner; returns only if the request was approved. The
+        user sees the start of its body (`body`, all of it: proxy.py buffers it)."""
         destination = self.destination
         scheme = "https" if intercepted else "http"
         default_port = 443 if intercepted else 80
@@ -311,6 +312,7 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
             method=method,
             url=f"{scheme}://{destination.host}{port}{mask_path(target)}",
             summary=f"{app_action_label(decision)} ({method} {mask_path(target).split('?')[0]})",
+            body=bytes(body or b""),
             client_gone=self._client_gone,
         )
         if status in (ApprovalRequest.Status.APPROVED, GRANTED):

@@ -189,6 +189,14 @@ def blob_write_object(source: Source) -> WrittenObject:
     return WrittenObject(key=key, size=size, sha256=sha256)
 
 
+def s3_client():
+    """The file store's boto3 S3 client (its endpoint, region and credentials), for the
+    knowledge sources that read other buckets or prefixes of the same server; None when
+    the store is a directory."""
+    storage = _storage()
+    return None if _is_local(storage) else storage.connection.meta.client
+
+
 def describe_location(storage=None) -> str:
     storage = storage or _storage()
     if _is_local(storage):

@@ -80,8 +80,10 @@ def _hash_token(raw_token: str) -> str:
 def api_token_create(*, user: User, name: str) -> tuple[ApiToken, str]:
     """A new personal API token; the raw value is returned once and never stored."""
     name = name.strip()
-    if not name:
-        raise InvalidInput("A token needs a name.", code="tokens.invalid_name")
+    if not name or len(name) > 100:  # ApiToken.name's max_length
+        raise InvalidInput(
+            "A token needs a name of 1 to 100 characters.", code="tokens.invalid_name"
+        )
     raw_token = API_TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(
         user=user,

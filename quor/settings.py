@@ -5,6 +5,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import dj_database_url
+import redis.exceptions
 
 from quor.lib.env import ConfigurationError, env, envbool, envint, envjson, envlist
 
@@ -55,11 +56,14 @@ INSTALLED_APPS = [
     "approvals.apps.ApprovalsConfig",
     "webapps.apps.WebappsConfig",
     "egress.apps.EgressConfig",
+    "knowledge.apps.KnowledgeConfig",
+    "django.contrib.postgres",
 ]
 
 MIDDLEWARE = [
     "quor.lib.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "quor.lib.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "quor.lib.middleware.RequestSizeLimitMiddleware",
     "quor.lib.middleware.DatabaseUnavailableMiddleware",
@@ -115,7 +119,10 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_SSL_REDIRECT = envbool("QUOR_SSL_REDIRECT", False)
 # Except the sandbox-facing API: the egress proxy calls it over plain HTTP at
 # QUOR_SANDBOX_API_URL, and it accepts only the sandbox credential (no browser login).
-SECURE_REDIRECT_EXEMPT = [r"^api/v1/runtime/(whoami|sessions/[^/]+/(events|heartbeat|webapps))/$"]
+SECURE_REDIRECT_EXEMPT = [
+    r"^api/v1/runtime/(whoami|sessions/[^/]+/(events|heartbeat|webapps))/$",
+    r"^api/v1/runtime/knowledge/search$",
+]
 SECURE_HSTS_SECONDS = envint("QUOR_HSTS_SECONDS", 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
 SECURE_HSTS_PRELOAD = envbool("QUOR_HSTS_PRELOAD", False)
@@ -135,6 +142,19 @@ QUOR_API_PAGE_SIZE = envint("QUOR_API_PAGE_SIZE", 50)
 QUOR_API_MAX_PAGE_SIZE = envint("QUOR_API_MAX_PAGE_SIZE", 200)
 # Most entries a workspace directory listing returns; `truncated` says there were more.
 QUOR_FILES_LIST_LIMIT = envint("QUOR_FILES_LIST_LIMIT", 1000)
+# Most a folder downloaded as one archive may hold (its files' sizes added up), in bytes.
+QUOR_FILES_ARCHIVE_MAX_BYTES = envint("QUOR_FILES_ARCHIVE_MAX_BYTES", 200 * 1024 * 1024)
+# Company knowledge (knowledge/): the largest file indexed, and how long reading one may take.
+QUOR_KNOWLEDGE_MAX_FILE_BYTES = envint("QUOR_KNOWLEDGE_MAX_FILE_BYTES", 25 * 1024 * 1024)
+QUOR_KNOWLEDGE_EXTRACT_TIMEOUT_SECONDS = envint("QUOR_KNOWLEDGE_EXTRACT_TIMEOUT_SECONDS", 60)
+# Where directory and S3 sources may read (knowledge/locations.py): absolute directories,
+# and `bucket/prefix` entries of the file store's S3 server; an entry may be given to one
+# organization as `<slug>:<entry>`. Empty refuses the kind: an organization admin creates
+# sources and must not reach the server's files.
+QUOR_KNOWLEDGE_DIRECTORY_ROOTS = envlist("QUOR_KNOWLEDGE_DIRECTORY_ROOTS", "")
+QUOR_KNOWLEDGE_S3_PREFIXES = envlist("QUOR_KNOWLEDGE_S3_PREFIXES", "")
+# How often every directory and S3 source is synced.
+QUOR_KNOWLEDGE_SYNC_INTERVAL_SECONDS = envint("QUOR_KNOWLEDGE_SYNC_INTERVAL_SECONDS", 900)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -157,14 +177,24 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # Choice sets that share a field name get names of their own in the schema.
+    "ENUM_NAME_OVERRIDES": {"KnowledgeSourceKindEnum": "knowledge.models.KnowledgeSource.Kind"},
 }
 
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         # channels_redis waits 5 s for messages; redis-py's own read timeout must be longer.
+        # A restart of Redis leaves dead connections in the pool: a command that meets one
+        # is sent again on a new connection instead of failing a viewer's connect.
         "CONFIG": {
-            "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+            "hosts": [
+                {
+                    "address": REDIS_URL,
+                    "socket_timeout": 30,
+                    "retry_on_error": [redis.exceptions.ConnectionError],
+                }
+            ],
             # Messages waiting per viewer before the layer drops new ones (viewers then
             # fill gaps from the database).
             "capacity": 1500,
@@ -180,6 +210,9 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
     "sandboxes.tasks.run_agent_turn": {"queue": "agents"},
     "sandboxes.tasks.*": {"queue": "sandboxes"},
+    # Company knowledge: indexing is CPU-heavy (embeddings), so it has a worker of its own
+    # and never delays the default queue's short work.
+    "knowledge.tasks.*": {"queue": "knowledge"},
 }
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -207,6 +240,14 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 3600.0,
     },
     "delete-orphaned-blobs": {"task": "quor.tasks.delete_orphaned_blobs", "schedule": 3600.0},
+    "requeue-stuck-documents": {
+        "task": "knowledge.tasks.requeue_stuck_documents",
+        "schedule": 300.0,
+    },
+    "sync-knowledge-sources": {
+        "task": "knowledge.tasks.sync_all_sources",
+        "schedule": float(QUOR_KNOWLEDGE_SYNC_INTERVAL_SECONDS),
+    },
 }
 
 # Sandbox backend: `docker` (one host) or `kubernetes`; `memory` for tests only (quor.E006).

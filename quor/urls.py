@@ -13,12 +13,15 @@ urlpatterns = [
     path("", include("sandboxes.urls")),
     path("", include("webapps.urls")),
     path("apps/", include("apps.urls")),
+    path("knowledge/", include("knowledge.urls")),
     path(
         "accounts/login/",
         auth_views.LoginView.as_view(authentication_form=EmailAuthenticationForm),
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("account/tokens/", views.api_tokens, name="api-tokens"),
+    path("account/tokens/<int:token_id>/revoke", views.api_token_revoke, name="api-token-revoke"),
     path("admin/", admin.site.urls),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
@@ -28,6 +31,7 @@ urlpatterns = [
     path("api/v1/", include("sandboxes.api.urls")),
     path("api/v1/", include("approvals.api.urls")),
     path("api/v1/", include("apps.api.urls")),
+    path("api/v1/", include("knowledge.api.urls")),
     re_path(r"^api/(?P<unmatched>.*)$", views.api_not_found),
 ]
 

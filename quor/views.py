@@ -1,9 +1,12 @@
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
 from django.http import JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods, require_POST
 
-from quor import health
-from quor.lib.errors import error_response
+from quor import health, services
+from quor.lib.errors import QuorError, error_response
 
 
 @never_cache
@@ -29,3 +32,45 @@ def server_error(request):
 
 def api_not_found(request, unmatched=""):
     return error_response(404, "not_found", f"No API endpoint at {request.path}.")
+
+
+@never_cache
+@login_required
+@require_http_methods(["GET", "HEAD", "POST"])
+def api_tokens(request):
+    """The user's personal API tokens; a POST creates one, whose value this response
+    shows once (it is not stored, so no later page can show it)."""
+    name, error, created = "", "", None
+    if request.method == "POST":
+        name = request.POST.get("name", "")
+        try:
+            token, raw_token = services.api_token_create(user=request.user, name=name)
+        except QuorError as exc:
+            error = exc.message
+        else:
+            created, name = {"token": token, "value": raw_token}, ""
+    return render(
+        request,
+        "quor/api_tokens.html",
+        {
+            "tokens": request.user.api_tokens.all(),
+            "name": name,
+            "error": error,
+            "created": created,
+        },
+        status=400 if error else 200,
+    )
+
+
+@login_required
+@require_POST
+def api_token_revoke(request, token_id):
+    try:
+        token = services.api_token_revoke(user=request.user, token_id=token_id)
+    except QuorError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(
+            request, f"Revoked “{token.name}”. Programs using it can no longer sign in."
+        )
+    return redirect("api-tokens")

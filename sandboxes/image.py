@@ -113,3 +113,38 @@ def restart_web_app_argv(command: str, port: int) -> list[str]:
     its own, its output appended to the log the tool writes; returns at once."""
     script = 'setsid bash -lc "$1" >>"$2" 2>&1 </dev/null & exit 0'
     return ["bash", "-c", script, "bash", command, f".quor/webapp-{port}.log"]
+
+
+# A folder of a session downloaded as one archive: Quor's own entries of the session's
+# directory (the runtime's `.quor/`, the links to the managed area, the agent's
+# instructions that Quor writes again at every turn) are left out of it.
+AGENT_INSTRUCTIONS = "AGENTS.md"
+SESSION_OWN_ENTRIES = (".quor", "skills", "library", AGENT_INSTRUCTIONS)
+
+
+def _excluded(folder: str) -> list[str]:
+    return [f"--exclude=./{name}" for name in SESSION_OWN_ENTRIES] if folder == "." else []
+
+
+def folder_size_argv(folder: str) -> list[str]:
+    """Prints the bytes of the folder's files (apparent sizes, links not followed). A
+    folder it cannot read is counted as empty (du then exits 1, its total still printed):
+    tar cannot read it either."""
+    return ["du", "-s", "-b", *_excluded(folder), "--", folder]
+
+
+# tar's exit status 1 means "some files differ": a file changed while it was read (an app
+# writing its log), which the archive still holds as read. A file or folder the sandbox
+# user cannot read (mode 000) is left out with a warning (--ignore-failed-read) instead
+# of failing the whole download. GNU tar (Debian's, in the image) has both options.
+_ARCHIVE = 'tar "$@"; status=$?; [ "$status" -eq 1 ] && exit 0; exit "$status"'
+
+
+def archive_folder_argv(folder: str) -> list[str]:
+    """The folder (relative to the cwd; `.` for the whole session) as a .tar.gz on stdout.
+    tar stores links as links and never follows them."""
+    return [
+        "sh", "-c", _ARCHIVE, "sh",
+        "-c", "-z", "-f", "-", "--anchored", "--warning=no-file-changed", "--ignore-failed-read",
+        *_excluded(folder), "--", folder,
+    ]  # fmt: skip

@@ -150,12 +150,14 @@ class Session(models.Model):
     """One conversation with the agent, with its own workspace directory in the sandbox."""
 
     class Status(models.TextChoices):
-        PENDING = "pending", "Pending"
-        RUNNING = "running", "Running"
-        WAITING = "waiting", "Waiting for input"
-        FINISHED = "finished", "Finished"
+        # Labels are what the user sees: "waiting" is a turn that ended and awaits a
+        # follow-up, which to a person is simply done.
+        PENDING = "pending", "Starting"
+        RUNNING = "running", "Working"
+        WAITING = "waiting", "Done"
+        FINISHED = "finished", "Done"
         FAILED = "failed", "Failed"
-        CANCELLED = "cancelled", "Cancelled"
+        CANCELLED = "cancelled", "Stopped by you"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner = models.ForeignKey(

@@ -1,12 +1,13 @@
 """The session UI: server-rendered pages over the same services as the API."""
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Max
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.selectors import enabled_apps
@@ -16,6 +17,7 @@ from quor.lib.permissions import get_active_membership
 from sandboxes import selectors
 from sandboxes.models import Sandbox, Session, Skill
 from sandboxes.runtime import services
+from sandboxes.scheduling import views as scheduled_views
 from sandboxes.sessions import services as sessions
 from webapps.services import session_set_sharing, webapp_payload
 
@@ -57,37 +59,82 @@ def _app_ids(values):
     return ids
 
 
-@login_required
-def session_list(request):
+# The new-session form's field an error code is about, so the form shows the message
+# beside it; other errors are shown above the form.
+FIELD_OF_ERROR = {
+    **scheduled_views.FIELD_OF_ERROR,
+    "sessions.too_many_attachments": "attachments",
+    "sessions.attachment_too_large": "attachments",
+    "sessions.bad_attachment": "attachments",
+}
+
+
+def _new_session_form(request, *, values=None, error=None):
+    """The session list with the new-session form; after an error, the submitted values
+    are kept and the message is shown beside its field."""
+    query = request.GET.get("q", "").strip()
+    choices = {
+        "models": _models_for(request.user),
+        "skills": list(_skills_for(request.user)),
+        "apps": list(_apps_for(request.user)),
+    }
+    errors = {}
+    if error is not None:
+        field = FIELD_OF_ERROR.get(error.code, "form")
+        offered = {"model": choices["models"], "skills": choices["skills"], "apps": choices["apps"]}
+        if field in offered and not offered[field]:  # nothing left to show it beside
+            field = "form"
+        errors[field] = error.message
     return render(
         request,
         "sandboxes/session_list.html",
         {
-            "sessions": selectors.sessions_of(request.user)[:100],
+            "sessions": sessions.sessions_matching(request.user, query)[:100],
+            "query": query,
+            "list_url": reverse("home") + (f"?{urlencode({'q': query})}" if query else ""),
             "sandbox": Sandbox.objects.filter(user=request.user).first(),
-            "models": _models_for(request.user),
-            "skills": _skills_for(request.user),
-            "apps": _apps_for(request.user),
+            **choices,
+            "values": values or {"skills": [], "apps": []},
+            "errors": errors,
+            "limits": {
+                "prompt_chars": settings.QUOR_MAX_PROMPT_CHARS,
+                "attachments": settings.QUOR_MAX_ATTACHMENTS,
+                "attachment_bytes": settings.QUOR_MAX_ATTACHMENT_BYTES,
+                "upload_bytes": settings.QUOR_MAX_UPLOAD_BYTES,
+            },
         },
+        status=400 if error else 200,
     )
+
+
+@login_required
+def session_list(request):
+    """The user's sessions (`q`: those whose title or messages contain it) and the form
+    that starts a new one."""
+    return _new_session_form(request)
 
 
 @login_required
 @require_POST
 def session_new(request):
+    values = {
+        "prompt": request.POST.get("prompt", ""),
+        "model": request.POST.get("model", ""),
+        "title": request.POST.get("title", ""),
+        "skills": request.POST.getlist("skills"),
+        "apps": request.POST.getlist("apps"),
+    }
+    attachments = request.FILES.getlist("attachments")
     try:
         session = sessions.session_create(
             user=request.user,
-            prompt=request.POST.get("prompt", ""),
-            model=request.POST.get("model", ""),
-            title=request.POST.get("title", ""),
-            attachments=request.FILES.getlist("attachments"),
-            skills=request.POST.getlist("skills"),
-            apps=_app_ids(request.POST.getlist("apps")),
+            attachments=attachments,
+            **{**values, "apps": _app_ids(values["apps"])},
         )
     except QuorError as exc:
-        messages.error(request, exc.message)
-        return redirect("home")
+        # A browser cannot be given files back: the form asks for them again.
+        values["attachments"] = [upload.name for upload in attachments]
+        return _new_session_form(request, values=values, error=exc)
     return redirect("session-detail", session_id=session.pk)
 
 
@@ -98,6 +145,12 @@ def session_detail(request, session_id):
     session = _session_or_404(request.user, session_id)
     if request.method == "POST":
         return _session_sharing(request, session)
+    return _session_page(request, session)
+
+
+def _session_page(request, session, *, follow_up=None, status=200):
+    """The session page; `follow_up` is a refused follow-up (its `text` and `error`),
+    shown again in the form."""
     reset = (
         session.sandbox.resets.filter(created_at__gt=session.created_at)
         .order_by("created_at")
@@ -115,7 +168,10 @@ def session_detail(request, session_id):
             # Events up to here are on the page already (web apps: no second load).
             "last_seq": session.events.aggregate(last=Max("seq"))["last"] or 0,
             "sharing_choices": Session.Sharing.choices,
+            "follow_up": follow_up or {"text": "", "error": ""},
+            "max_prompt_chars": settings.QUOR_MAX_PROMPT_CHARS,
         },
+        status=status,
     )
 
 
@@ -136,12 +192,67 @@ def _session_sharing(request, session):
 @require_POST
 def session_follow_up(request, session_id):
     session = _session_or_404(request.user, session_id)
+    text = request.POST.get("text", "")
     try:
-        text = request.POST.get("text", "")
         sessions.session_message(user=request.user, session=session, text=text)
     except QuorError as exc:
-        messages.error(request, exc.message)
+        follow_up = {"text": text, "error": exc.message}
+        return _session_page(request, session, follow_up=follow_up, status=400)
     return redirect("session-detail", session_id=session.pk)
+
+
+@login_required
+@require_http_methods(["GET", "HEAD", "POST"])
+def session_rename(request, session_id):
+    session = _session_or_404(request.user, session_id)
+    title, error = session.title, ""
+    if request.method == "POST":
+        title = request.POST.get("title", "")
+        try:
+            sessions.session_rename(user=request.user, session=session, title=title)
+        except QuorError as exc:
+            error = exc.message
+        else:
+            messages.success(request, "Session renamed.")
+            return redirect(_back_to_list(request))
+    return render(
+        request,
+        "sandboxes/session_rename.html",
+        {"session": session, "title": title, "error": error, "next": _back_to_list(request)},
+        status=400 if error else 200,
+    )
+
+
+@login_required
+@require_http_methods(["GET", "HEAD", "POST"])
+def session_delete(request, session_id):
+    """A page that asks for confirmation; its POST deletes the session."""
+    session = _session_or_404(request.user, session_id)
+    error = ""
+    if request.method == "POST":
+        try:
+            sessions.session_delete(user=request.user, session=session)
+        except QuorError as exc:
+            error = exc.message
+        else:
+            messages.success(request, f"Deleted “{session}”.")
+            return redirect(_back_to_list(request))
+    return render(
+        request,
+        "sandboxes/session_delete.html",
+        {"session": session, "error": error, "next": _back_to_list(request)},
+        status=409 if error else 200,
+    )
+
+
+def _back_to_list(request) -> str:
+    """Where rename and delete return: the session list as it was (its search), by `next`."""
+    back = request.POST.get("next") or request.GET.get("next", "")
+    if back.startswith("/") and url_has_allowed_host_and_scheme(
+        back, allowed_hosts={request.get_host()}
+    ):
+        return back
+    return reverse("home")
 
 
 @login_required

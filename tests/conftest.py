@@ -5,6 +5,8 @@ from quor import services
 from quor.models import Membership
 from tests import factories
 
+pytest_plugins = ["tests.hang_watchdog"]
+
 
 @pytest.fixture
 def org(db):
@@ -347,7 +349,7 @@ def celery_worker(process_env):
     process = _start(
         [
             sys.executable, "-m", "celery", "-A", "quor", "worker",
-            "-Q", "default,sandboxes,agents", "--concurrency", "2",
+            "-Q", "default,sandboxes,agents,knowledge", "--concurrency", "2",
             "--without-gossip", "--without-mingle", "--loglevel", "WARNING",
         ],
         process_env,

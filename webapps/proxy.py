@@ -12,7 +12,7 @@ request costs a third of the CPU (docs/decisions.md, docs/performance.md)."""
 
 import asyncio
 import collections
-import html
+import functools
 import http
 import logging
 import re
@@ -22,6 +22,9 @@ from urllib.parse import parse_qs
 
 import httptools
 from channels.db import database_sync_to_async
+from django.conf import settings
+from django.template.loader import render_to_string
+from django.templatetags.static import static
 
 from quor.lib import metrics
 from webapps import headers as header_rules
@@ -105,10 +108,28 @@ def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
 
 
+# The title of the proxy's own pages, by status.
+PAGE_TITLES = {
+    302: "Opening the app",
+    400: "Bad request",
+    403: "Not allowed",
+    404: "App not found",
+    502: "The app did not answer",
+    503: "The app is not running",
+}
+
+
+@functools.cache
+def _stylesheet() -> str:
+    """Quor's stylesheet on Quor's origin: the page is on the app's."""
+    return settings.QUOR_PUBLIC_URL.rstrip("/") + static("quor/quor.css")
+
+
 def _page(status: int, message: str, location=None, refresh=None) -> tuple[list, bytes]:
-    body = (
-        "<!doctype html><meta charset=utf-8><title>Quor web app</title>"
-        f"<p>{html.escape(message)}</p>"
+    title = "The app is waking up" if refresh else PAGE_TITLES.get(status, "Quor web app")
+    body = render_to_string(
+        "webapps/proxy_page.html",
+        {"title": title, "message": message, "refresh": refresh, "stylesheet": _stylesheet()},
     ).encode()
     headers = [
         ("content-type", "text/html; charset=utf-8"),
@@ -566,7 +587,7 @@ class ViewerConnection(asyncio.Protocol):
         if webapp is None:
             return self.reply(request, 404, "There is no such app, or it is not shared with you.")
         if address is None and waking:
-            message = "This app is waking up with its sandbox. The page reloads by itself."
+            message = "Its sandbox was asleep and is waking up: this page reloads by itself."
             return self.reply(request, 503, message, refresh=WAKING_RETRY_SECONDS)
         if address is None:
             message = "This app is not running. Open its session in Quor to start it again."

@@ -20,6 +20,10 @@ class ApprovalSerializer(serializers.Serializer):
     method = serializers.CharField()
     url = serializers.CharField(help_text="Query string values masked.")
     summary = serializers.CharField()
+    body_preview = serializers.CharField(
+        help_text="The start of the request's body as text (at most 2000 characters); "
+        "empty without a body."
+    )
     status = serializers.CharField()
     decided_via = serializers.CharField()
     created_at = serializers.DateTimeField()

@@ -1,9 +1,12 @@
 import logging
 import time
+from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.core.exceptions import DisallowedHost
 from django.db import InterfaceError, OperationalError
 from django.http import HttpResponse
+from django.shortcuts import render
 
 from quor.lib import logs
 from quor.lib.errors import error_response
@@ -59,6 +62,9 @@ class RequestSizeLimitMiddleware:
             else settings.QUOR_MAX_REQUEST_BYTES
         )
         if length > limit:
+            if not request.path.startswith("/api/"):  # a page's form: a page that says so
+                context = {"limit": limit, "length": length}
+                return render(request, "413.html", context, status=413)
             return error_response(
                 413, "request_too_large", f"The request body is larger than {limit} bytes."
             )
@@ -85,3 +91,51 @@ class DatabaseUnavailableMiddleware:
         if request.path.startswith("/api/"):
             return error_response(503, "service.database_unavailable", self.MESSAGE)
         return HttpResponse(self.MESSAGE, status=503, content_type="text/plain; charset=utf-8")
+
+
+class ContentSecurityPolicyMiddleware:
+    """Quor's pages run only their own scripts and styles: no inline script, no style
+    attribute, no image or connection elsewhere, so Markdown from a model (sanitized
+    already) cannot run code or send data out even if the sanitizer missed something.
+    Web app previews are framed from their own hosts. A response that set its own policy
+    (files, web app pages) keeps it; the API docs (Swagger UI's inline script) get none,
+    and the admin may use inline styles (never scripts)."""
+
+    EXEMPT_PREFIXES = ("/api/docs/",)
+    # Django's admin writes a few <style> blocks of its own (the change lists).
+    INLINE_STYLE_PREFIXES = ("/admin/",)
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        base = urlsplit(settings.QUOR_WEBAPP_BASE_URL)
+        port = f":{base.port}" if base.port else ""
+        webapps = f"{base.scheme or 'http'}://*.{(base.hostname or 'localhost').lower()}{port}"
+        self.policy = (
+            "default-src 'self'; script-src 'self'; style-src 'self'; "
+            "img-src 'self' data: blob:; font-src 'self'; connect-src 'self'{sockets}; "
+            f"frame-src 'self' {webapps}; object-src 'none'; base-uri 'none'; "
+            "form-action 'self'; frame-ancestors 'none'"
+        )
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if (
+            response.get("Content-Type", "").startswith("text/html")
+            and "Content-Security-Policy" not in response
+            and not request.path.startswith(self.EXEMPT_PREFIXES)
+        ):
+            policy = self.policy.replace("{sockets}", self._websockets(request))
+            if request.path.startswith(self.INLINE_STYLE_PREFIXES):
+                policy = policy.replace("style-src 'self'", "style-src 'self' 'unsafe-inline'")
+            response["Content-Security-Policy"] = policy
+        return response
+
+    @staticmethod
+    def _websockets(request) -> str:
+        """The session page's WebSocket, named: Safari before 16 does not count ws: and
+        wss: on the page's own host as 'self'."""
+        try:
+            host = request.get_host()
+        except DisallowedHost:
+            return ""
+        return f" ws://{host} wss://{host}"

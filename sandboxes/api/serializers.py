@@ -97,6 +97,13 @@ class FileEntrySerializer(serializers.Serializer):
     type = serializers.CharField()
     size = serializers.IntegerField()
     modified = serializers.FloatField(help_text="Seconds since the epoch.")
+    managed = serializers.CharField(
+        allow_null=True,
+        help_text="One of Quor's own entries of the session's folder, null for the rest: "
+        "`library` and `skills` (links to read-only copies of your Library and your "
+        "organization's Skills; list `library/...` to see them) and `instructions` "
+        "(AGENTS.md, the agent's instructions, written again at every turn).",
+    )
 
 
 class FileListingSerializer(serializers.Serializer):
@@ -162,9 +169,16 @@ class RuntimeEventsSerializer(RuntimeHeartbeatSerializer):
 
 class SessionUpdateSerializer(StrictSerializer):
     sharing = serializers.CharField(
+        required=False,
         help_text="Who may open the session's web apps: `private` (only you) or "
-        "`organization` (every member of your organization). Never the conversation or files."
+        "`organization` (every member of your organization). Never the conversation or files.",
     )
+    title = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+
+    def validate(self, data):
+        if not data:
+            raise serializers.ValidationError("Send `sharing`, `title` or both.")
+        return data
 
 
 class RuntimeWebAppSerializer(StrictSerializer):

@@ -40,5 +40,10 @@ urlpatterns = [
         views.SessionFileContentView.as_view(),
         name="api-session-file-content",
     ),
+    path(
+        "sessions/<str:session_id>/files/archive",
+        views.SessionFileArchiveView.as_view(),
+        name="api-session-files-archive",
+    ),
     *router.urls,
 ]

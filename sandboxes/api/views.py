@@ -1,5 +1,7 @@
 from django.conf import settings
+from django.db import transaction
 from django.http import StreamingHttpResponse
+from django.utils.http import content_disposition_header
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status, viewsets
@@ -95,14 +97,30 @@ class SessionViewSet(viewsets.ViewSet):
         parameters=[SESSION_ID], request=SessionUpdateSerializer, responses=SessionSerializer
     )
     def partial_update(self, request, pk=None):
-        """Changes who may open the session's web apps (`sharing`); owner only."""
+        """Renames the session (`title`) or changes who may open its web apps
+        (`sharing`); owner only. Nothing changes if either is refused."""
         session = services.session_in_use(request.user, pk)
         serializer = SessionUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        session = webapp_services.session_set_sharing(
-            user=request.user, session=session, sharing=serializer.validated_data["sharing"]
-        )
+        changes = serializer.validated_data
+        with transaction.atomic():
+            if "title" in changes:
+                session = sessions.session_rename(
+                    user=request.user, session=session, title=changes["title"]
+                )
+            if "sharing" in changes:
+                session = webapp_services.session_set_sharing(
+                    user=request.user, session=session, sharing=changes["sharing"]
+                )
         return Response(SessionSerializer(session).data)
+
+    @extend_schema(parameters=[SESSION_ID], responses={204: None})
+    def destroy(self, request, pk=None):
+        """Deletes the session, its conversation, attachments and web apps; refused (409
+        `sessions.busy`) while the agent works. Its files stay in the sandbox."""
+        session = services.session_in_use(request.user, pk)
+        sessions.session_delete(user=request.user, session=session)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(parameters=[SESSION_ID], responses=WebAppSerializer(many=True))
     @action(detail=True, methods=["get"])
@@ -242,6 +260,39 @@ class SessionFilesView(APIView):
         return Response({"results": results, "truncated": len(entries) > limit})
 
 
+class SessionFileArchiveView(APIView):
+    @extend_schema(
+        parameters=[
+            SESSION_ID,
+            PATH,
+            OpenApiParameter(
+                "check",
+                OpenApiTypes.BOOL,
+                OpenApiParameter.QUERY,
+                description="`1`: only whether the archive would be made (JSON `name` and "
+                "`size`, the bytes of its files), or the same refusal; no archive.",
+            ),
+        ],
+        responses={(200, "application/gzip"): OpenApiTypes.BINARY},
+    )
+    def get(self, request, session_id):
+        """The folder at `path` (the whole session without it) as a .tar.gz, made in the
+        sandbox; the whole session's leaves out Quor's own entries (`.quor/`, `library`,
+        `skills`, AGENTS.md). Refused (413, `files.archive_too_large`) when its files add
+        up to more than QUOR_FILES_ARCHIVE_MAX_BYTES. Files changed while they are read
+        are archived as read; files the sandbox user cannot read are left out."""
+        session = services.session_in_use(request.user, session_id)
+        path = request.query_params.get("path", "")
+        if request.query_params.get("check") == "1":
+            return Response(services.session_files_archive_check(session=session, path=path))
+        name, chunks = services.session_files_archive(session=session, path=path)
+        response = StreamingHttpResponse(chunks, content_type="application/gzip")
+        response["Content-Disposition"] = content_disposition_header(True, name)
+        response["X-Content-Type-Options"] = "nosniff"
+        response["Content-Security-Policy"] = "default-src 'none'; sandbox"
+        return response
+
+
 class RawBodyParser(BaseParser):
     """Leaves the body unread so the view can stream it into the sandbox."""
 
@@ -270,15 +321,14 @@ class SessionFileContentView(APIView):
         session = services.session_in_use(request.user, session_id)
         path = request.query_params.get("path", "")
         info, chunks = services.session_file_open(session=session, path=path)
-        filename = info["name"].replace('"', "")
+        filename = info["name"]
         image_type = PREVIEWABLE_IMAGES.get(filename.rsplit(".", 1)[-1].lower())
         inline = request.query_params.get("inline") == "1" and image_type is not None
         response = StreamingHttpResponse(
             chunks, content_type=image_type if inline else "application/octet-stream"
         )
         response["Content-Length"] = str(info["size"])
-        disposition = "inline" if inline else "attachment"
-        response["Content-Disposition"] = f'{disposition}; filename="{filename}"'
+        response["Content-Disposition"] = content_disposition_header(not inline, filename)
         response["X-Content-Type-Options"] = "nosniff"
         # Files are the agent's output: never let one run as a page on Quor's origin.
         response["Content-Security-Policy"] = "default-src 'none'; sandbox"

@@ -42,6 +42,7 @@ from sandboxes.backends.base import (
     RuntimeMissing,
     SandboxSpec,
 )
+from sandboxes.backends.execution import with_timeout
 from sandboxes.image import SESSIONS_DIR, WORKSPACE
 from sandboxes.models import (
     Sandbox,
@@ -741,6 +742,12 @@ def clean_relative_path(path) -> str:
 
 
 FILE_ERROR_STATUS = {"files.not_found": 404}
+# The longest a folder may take to be measured before its archive is made.
+ARCHIVE_TIMEOUT_S = 300
+# The longest tar may run for a folder's download. Where the response is streamed as it
+# is made, tar waits on the client, so this bounds the download too: an hour lets the
+# largest archive (QUOR_FILES_ARCHIVE_MAX_BYTES, 200 MB) through at about 0.5 Mbit/s.
+ARCHIVE_STREAM_TIMEOUT_S = 3600
 
 
 def _file_error(exc: FileRefused) -> QuorError:
@@ -752,13 +759,51 @@ def _running_backend(session: Session):
     return get_backend(session.sandbox.backend), str(session.sandbox_id)
 
 
-def session_files_list(*, session: Session, path: str = "") -> list[dict]:
-    relpath = clean_relative_path(path)
-    backend, sandbox_id = _running_backend(session)
+# What Quor, not the agent, keeps in a session's directory, by name: the links to the
+# managed area (read-only copies of the user's Library and the organization's Skills)
+# and the agent's instructions, written again at every turn.
+MANAGED_LINKS = ("library", "skills")
+AGENT_INSTRUCTIONS = image.AGENT_INSTRUCTIONS
+
+
+def _managed(relpath: str, entry: dict) -> str | None:
+    """Which of Quor's own entries of the session's directory `entry` is, if any."""
+    if relpath:
+        return None
+    if entry["name"] in MANAGED_LINKS and entry["type"] == "symlink":
+        return entry["name"]
+    if entry["name"] == AGENT_INSTRUCTIONS and entry["type"] == "file":
+        return "instructions"
+    return None
+
+
+def _in_managed_area(relpath: str) -> bool:
+    return relpath.split("/", 1)[0] in MANAGED_LINKS
+
+
+def _with_managed_area(session: Session, relpath: str, operation):
+    """operation(root, relpath) in the session's directory; a path through the link to
+    the managed area (`library/...`, refused there as a symlink) is read in the managed
+    area itself, where the same files are, without following the link."""
     try:
-        return backend.list_files(sandbox_id, session_workspace(session), relpath)
+        return operation(session_workspace(session), relpath)
+    except FileRefused as exc:
+        if exc.code != "files.symlink_refused" or not _in_managed_area(relpath):
+            raise _file_error(exc) from None
+    try:
+        return operation(f"{WORKSPACE}/{image.MANAGED_AREA}", relpath)
     except FileRefused as exc:
         raise _file_error(exc) from None
+
+
+def session_files_list(*, session: Session, path: str = "") -> list[dict]:
+    """The folder's entries; each says in `managed` whether it is one of Quor's own."""
+    relpath = clean_relative_path(path)
+    backend, sandbox_id = _running_backend(session)
+    entries = _with_managed_area(
+        session, relpath, lambda root, rel: backend.list_files(sandbox_id, root, rel)
+    )
+    return [{**entry, "managed": _managed(relpath, entry)} for entry in entries]
 
 
 def session_file_open(*, session: Session, path: str) -> tuple[dict, Iterator[bytes]]:
@@ -767,15 +812,80 @@ def session_file_open(*, session: Session, path: str) -> tuple[dict, Iterator[by
     if not relpath:
         raise InvalidInput("path must name a file.", code="files.invalid_path")
     backend, sandbox_id = _running_backend(session)
-    root = session_workspace(session)
-    try:
-        info = backend.stat_path(sandbox_id, root, relpath)
-    except FileRefused as exc:
-        raise _file_error(exc) from None
+    root, info = _with_managed_area(
+        session, relpath, lambda root, rel: (root, backend.stat_path(sandbox_id, root, rel))
+    )
     if info["type"] != "file":
         code = "files.symlink_refused" if info["type"] == "symlink" else "files.not_a_file"
         raise InvalidInput(f"{path} is a {info['type']}, not a regular file.", code=code)
     return info, backend.read_file(sandbox_id, root, relpath)
+
+
+class ArchiveTooLarge(QuorError):
+    status = 413
+    code = "files.archive_too_large"
+
+
+def _archived_folder(session: Session, path: str):
+    """The folder to archive: (backend, sandbox id, root, folder, download name, bytes
+    of its files), or the refusal (not a folder, too large) before anything streams."""
+    relpath = clean_relative_path(path)
+    backend, sandbox_id = _running_backend(session)
+
+    def stat_folder(root, rel):
+        info = backend.stat_path(sandbox_id, root, rel)
+        if info["type"] == "symlink":  # `library` itself: its folder is in the managed area
+            raise FileRefused("files.symlink_refused", "The path is a symlink.")
+        return root, info
+
+    root, info = _with_managed_area(session, relpath, stat_folder)
+    if info["type"] != "directory":
+        raise InvalidInput(
+            f"{path} is a {info['type']}, not a folder.", code="files.not_a_directory"
+        )
+    folder = relpath or "."
+    measured = backend.exec(
+        sandbox_id,
+        image.folder_size_argv(folder),
+        cwd=root,
+        env={},
+        timeout_s=ARCHIVE_TIMEOUT_S,
+        output_limit=4096,
+    )
+    # Exit 1 with a total: some folder inside could not be read (tar leaves it out too).
+    total = measured.stdout.split()[:1]
+    if measured.exit_code not in (0, 1) or not total or not total[0].isdigit():
+        raise InvalidInput(
+            f"The folder could not be read whole: {measured.stderr.decode(errors='replace')}",
+            code="files.permission_denied",
+        )
+    size, limit = int(total[0]), settings.QUOR_FILES_ARCHIVE_MAX_BYTES
+    if size > limit:
+        raise ArchiveTooLarge(
+            f"The folder holds {size} bytes of files, more than the {limit} bytes a download "
+            "may hold."
+        )
+    name = relpath.rsplit("/", 1)[-1] if relpath else f"session-{str(session.pk)[:8]}"
+    return backend, sandbox_id, root, folder, f"{name}.tar.gz", size
+
+
+def session_files_archive_check(*, session: Session, path: str = "") -> dict:
+    """What session_files_archive would answer, without making the archive: its file
+    name and the bytes of its files, or the same refusal."""
+    *_, name, size = _archived_folder(session, path)
+    return {"name": name, "size": size}
+
+
+def session_files_archive(*, session: Session, path: str = "") -> tuple[str, Iterator[bytes]]:
+    """The folder as a .tar.gz made by tar in the sandbox, as the sandbox user: a file
+    name for it and a stream of its bytes. Refused before anything streams when its
+    files add up to more than QUOR_FILES_ARCHIVE_MAX_BYTES; tar runs for at most
+    ARCHIVE_STREAM_TIMEOUT_S. Files changed while read are archived as read, unreadable
+    ones left out. The whole session's archive leaves out Quor's own entries
+    (image.SESSION_OWN_ENTRIES: `.quor/`, `library`, `skills`, AGENTS.md)."""
+    backend, sandbox_id, root, folder, name, _ = _archived_folder(session, path)
+    argv = with_timeout(image.archive_folder_argv(folder), ARCHIVE_STREAM_TIMEOUT_S)
+    return name, backend.exec_stream(sandbox_id, argv, cwd=root)
 
 
 def session_file_write(*, session: Session, path: str, chunks: Iterable[bytes], size: int) -> dict:

@@ -1,6 +1,7 @@
 """The scheduled tasks UI: server-rendered pages over the services of
 sandboxes.scheduling.services (the same ones the API uses)."""
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Prefetch
@@ -106,7 +107,13 @@ def _render_form(request, *, values, task=None, error=None):
     return render(
         request,
         "sandboxes/scheduled_form.html",
-        {"task": task, "values": values, "errors": errors, **choices},
+        {
+            "task": task,
+            "values": values,
+            "errors": errors,
+            "max_prompt_chars": settings.QUOR_MAX_PROMPT_CHARS,
+            **choices,
+        },
         status=400 if error else 200,
     )
 

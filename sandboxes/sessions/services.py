@@ -5,13 +5,14 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from apps.catalog import catalog_app
 from apps.selectors import apps_for_selection
 from quor.filestore import CHUNK_SIZE, blob_chunks, blob_put
 from quor.lib import metrics
-from quor.lib.errors import Conflict, InvalidInput, QuorError
+from quor.lib.errors import Conflict, InvalidInput, NotFound, QuorError
 from quor.lib.permissions import check_model_access, check_sandbox_access
 from quor.lib.tasks import send, send_on_commit
 from sandboxes import image
@@ -21,6 +22,7 @@ from sandboxes.image import WORKSPACE
 from sandboxes.library.managed import sync_managed_area
 from sandboxes.models import AgentEvent, Attachment, Sandbox, Session, Skill
 from sandboxes.runtime import services
+from sandboxes.selectors import sessions_of
 from sandboxes.sessions.events import newest_turn, session_events_append, turn_started_at
 from sandboxes.signals import session_status_changed
 
@@ -266,6 +268,23 @@ def session_attachments_copy(*, session: Session) -> None:
         )
 
 
+TITLE_MAX_CHARS = 200  # Session.title's max_length
+# A title taken from the prompt is at most this long: it names the session in lists and
+# in the browser's tab, where a long prompt's first line would run over several lines.
+TITLE_FROM_PROMPT_CHARS = 80
+
+
+def title_from_prompt(prompt: str) -> str:
+    """The prompt's first line, shortened at a word boundary with an ellipsis."""
+    line = " ".join(prompt.strip().splitlines()[0].split())
+    if len(line) <= TITLE_FROM_PROMPT_CHARS:
+        return line
+    cut = line[: TITLE_FROM_PROMPT_CHARS - 1]
+    if " " in cut[TITLE_FROM_PROMPT_CHARS // 2 :]:  # a word ends late enough to cut there
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip(" ,.;:-") + "…"
+
+
 @transaction.atomic
 def session_create(
     *, user, prompt, model: str, title: str = "", attachments=(), skills=(), apps=()
@@ -292,7 +311,7 @@ def session_create(
         skills=sorted(set(skills)),
         owner=user,
         sandbox=sandbox,
-        title=(title or prompt.strip().splitlines()[0])[:200],
+        title=title.strip()[:TITLE_MAX_CHARS] or title_from_prompt(prompt),
         model_provider=choice.provider,
         model_name=choice.name,
     )
@@ -346,6 +365,52 @@ def session_cancel(*, user, session: Session) -> Session:
         session_status_changed.send(Session, session=session, status=Session.Status.CANCELLED)
     session.refresh_from_db()
     return session
+
+
+def session_rename(*, user, session: Session, title) -> Session:
+    """A new title, chosen by the session's owner."""
+    if session.owner_id != user.pk:
+        raise NotFound("No such session.")
+    title = title.strip() if isinstance(title, str) else ""
+    if not title or len(title) > TITLE_MAX_CHARS:
+        raise InvalidInput(
+            f"A title has 1 to {TITLE_MAX_CHARS} characters.", code="sessions.invalid_title"
+        )
+    Session.objects.filter(pk=session.pk).update(title=title, updated_at=timezone.now())
+    session.refresh_from_db()
+    return session
+
+
+def session_delete(*, user, session: Session) -> None:
+    """Deletes the session with its conversation, attachments (their stored files are
+    collected with the store's other garbage), approvals and web apps (their addresses
+    stop answering at once). Refused while the agent works: stop it first. The session's
+    directory in the sandbox is left as it is (docs/decisions.md, 2026-12-01)."""
+    if session.owner_id != user.pk:
+        raise NotFound("No such session.")
+    with transaction.atomic():
+        locked = Session.objects.select_for_update().filter(pk=session.pk).first()
+        if locked is None:
+            return
+        if locked.status in OPEN_STATUSES:
+            raise Conflict(
+                "The agent is still working on this session; stop it before deleting it.",
+                code="sessions.busy",
+            )
+        locked.delete()
+
+
+def sessions_matching(user, query: str):
+    """The user's sessions whose title or one of whose messages contains `query`
+    (any case); all of them for an empty query."""
+    found = sessions_of(user)
+    query = query.strip()
+    if not query:
+        return found
+    messages = AgentEvent.objects.filter(
+        session=OuterRef("pk"), kind="user_message", payload__text__icontains=query
+    )
+    return found.filter(Q(title__icontains=query) | Exists(messages))
 
 
 def agents_md(session: Session) -> str:

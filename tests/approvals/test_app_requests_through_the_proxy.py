@@ -168,7 +168,10 @@ def test_ask_parks_shows_a_live_card_and_approval_forwards_exactly_once(
         origin="http://localhost",
         timeout=15,
     )
-    request = InBackground(owner, [call("POST", f"{REPO}/issues?access_token=abc")], session)
+    issue = '{"title": "Broken build", "body": "The tests fail."}'
+    request = InBackground(
+        owner, [call("POST", f"{REPO}/issues?access_token=abc", body=issue)], session
+    )
     card = json.loads(viewer.recv())
     assert card["kind"] == "approval_requested"
     approval = card["payload"]["approval"]
@@ -176,6 +179,7 @@ def test_ask_parks_shows_a_live_card_and_approval_forwards_exactly_once(
     assert approval["method"] == "POST"
     assert approval["url"] == f"https://apps.test:18446{REPO}/issues?access_token=***"
     assert [a["key"] for a in approval["actions"]] == ["issues.create"]
+    assert approval["body_preview"] == issue  # what the user approves to send
     assert received_by_app(upstream_fakes) == []  # parked: nothing forwarded yet
 
     response = decide(

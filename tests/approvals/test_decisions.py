@@ -37,7 +37,7 @@ def session(owner, app):
     return session
 
 
-def park(session, app, key="issues.create"):
+def park(session, app, key="issues.create", body=b""):
     return services.park_request_for_approval(
         approval_id=uuid.uuid4(),
         session_id=session.pk,
@@ -47,6 +47,45 @@ def park(session, app, key="issues.create"):
         method="POST",
         url="https://apps.test/repos/o/r/issues",
         summary=f"{app.name}: {key}",
+        body=body,
+    )
+
+
+def test_the_card_shows_the_start_of_the_body_as_text(session, app):
+    approval = park(session, app, body=b'{"title": "Bug"}\x1b[31m\n')
+    [event] = session.events.all()
+    assert event.payload["approval"]["body_preview"] == '{"title": "Bug"}[31m\n'
+    assert approval.body_preview == '{"title": "Bug"}[31m\n'
+
+    long = services.request_body_preview(b"x" * 100_000)
+    assert long == "x" * services.BODY_PREVIEW_CHARS + "… (100000 bytes in all)"
+    assert services.request_body_preview(b"\x89PNG\x00\x01") == "(binary data, 6 bytes)"
+    assert services.request_body_preview(b"caf\xc3") == "caf\ufffd"
+    assert park(session, app).body_preview == ""
+
+
+def test_the_card_masks_secret_looking_values_of_form_and_json_bodies(session, app):
+    # The preview stays with the approval and its event: what is obviously a secret
+    # never gets there; everything else stays readable, to judge the request by.
+    form = b"grant_type=client_credentials&client_id=quor&client_secret=s3cr%2Ft&password=hunter2"
+    approval = park(session, app, body=form)
+    expected = "grant_type=client_credentials&client_id=quor&client_secret=***&password=***"
+    assert approval.body_preview == expected
+    [event] = session.events.all()
+    assert event.payload["approval"]["body_preview"] == expected
+
+    body = {"title": "Bug", "token": "ghp_abc", "max_tokens": 100, "author": "Ada"}
+    body["auth"] = {"apiKey": "k1", "Authorization": "Bearer x"}
+    preview = services.request_body_preview(json.dumps(body, indent=2).encode())
+    for secret in ("ghp_abc", "k1", "Bearer x"):
+        assert secret not in preview
+    assert '"token": "***"' in preview and '"apiKey": "***"' in preview
+    assert '"title": "Bug"' in preview and '"max_tokens": 100' in preview
+    assert '"author": "Ada"' in preview
+
+    # JSON cut off in the middle of a secret.
+    assert services.request_body_preview(b'{"a": 1, "password": "hunter2') == (
+        '{"a": 1, "password": "***"'
     )
 
 

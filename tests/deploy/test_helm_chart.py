@@ -108,11 +108,15 @@ CONTROL_PLANE = [
     "worker-default",
     "worker-sandboxes",
     "worker-agents",
+    "worker-knowledge",
     "beat",
     "egress-proxy",
     "webapp-proxy",
 ]
-WORKERS = ["worker-default", "worker-sandboxes", "worker-agents"]
+WORKERS = ["worker-default", "worker-sandboxes", "worker-agents", "worker-knowledge"]
+# The workers that share the `worker` account (a Kubernetes token) and may connect into
+# sandboxes; the knowledge worker needs neither.
+SANDBOX_WORKERS = [w for w in WORKERS if w != "worker-knowledge"]
 
 
 @pytest.fixture(params=list(VALUE_SETS))
@@ -394,11 +398,56 @@ def test_only_web_and_workers_are_bound_and_only_they_get_a_token(defaults):
         assert binding["roleRef"]["kind"] == "Role"
     for name in CONTROL_PLANE:
         pod = component(defaults, name)
-        talks_to_api = name == "web" or name in WORKERS
+        talks_to_api = name == "web" or name in SANDBOX_WORKERS
         assert pod["automountServiceAccountToken"] is talks_to_api, name
-        assert pod["serviceAccountName"] == f"{RELEASE}-{'worker' if name in WORKERS else name}"
+        account = "worker" if name in SANDBOX_WORKERS else name
+        assert pod["serviceAccountName"] == f"{RELEASE}-{account}"
     job = one(defaults, "Job", f"{RELEASE}-migrate")["spec"]["template"]["spec"]
     assert job["automountServiceAccountToken"] is False
+
+
+def test_the_knowledge_worker_gets_no_kubernetes_api_no_egress_ca_and_no_way_into_sandboxes(
+    render, value_set
+):
+    """It talks to PostgreSQL, Redis and the file store only, and parses files admins
+    upload: nothing of the sandboxes' (unlike worker-default, which shares `worker`)."""
+    objects = render(value_set)
+    account = one(objects, "ServiceAccount", f"{RELEASE}-worker-knowledge", NAMESPACE)
+    assert account["automountServiceAccountToken"] is False
+    bound = {s["name"] for b in find(objects, "RoleBinding") for s in b["subjects"]}
+    assert f"{RELEASE}-worker-knowledge" not in bound
+    pod = component(objects, "worker-knowledge")
+    assert pod["serviceAccountName"] == f"{RELEASE}-worker-knowledge"
+    assert pod["automountServiceAccountToken"] is False
+    (container,) = pod["containers"]
+    volumes = {v["name"] for v in pod["volumes"]}
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert not {"egress-ca", "egress-ca-dir"} & volumes
+    assert not [m for m in mounts if m.startswith("/var/lib/quor/egress-ca")]
+    on_s3 = bool(VALUE_SETS[value_set].get("fileStore", {}).get("s3", {}).get("bucket"))
+    assert ("/var/lib/quor/files" in mounts) is not on_s3
+    ingress = one(objects, "NetworkPolicy", f"{RELEASE}-sandbox-ingress", SANDBOX_NAMESPACE)
+    peers = [
+        peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+        for rule in ingress["spec"]["ingress"]
+        for peer in rule["from"]
+    ]
+    assert "worker-knowledge" not in peers
+    assert "worker-default" in peers  # the policy is the one the other workers are in
+
+
+def test_the_knowledge_worker_defaults_to_one_process_with_room_for_the_embedding_model(
+    defaults,
+):
+    deployment = one(defaults, "Deployment", f"{RELEASE}-worker-knowledge")
+    assert deployment["spec"]["replicas"] == 1
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    assert args[args.index("--concurrency") + 1] == "1"
+    assert container["resources"] == {
+        "requests": {"cpu": "500m", "memory": "1Gi"},
+        "limits": {"cpu": "1", "memory": "2Gi"},
+    }
 
 
 def test_the_admission_policy_pins_the_two_root_exceptions_to_the_sandbox_image(defaults):
@@ -700,7 +749,7 @@ def test_only_the_web_app_proxy_web_and_workers_may_connect_into_sandboxes(defau
     assert selects(peer, NAMESPACE, "webapp-proxy")
     # webapps/services.py: a web app listens on a port from 1024 to 65535.
     assert from_webapp_proxy["ports"] == [{"protocol": "TCP", "port": 1024, "endPort": 65535}]
-    for peer, name in zip(from_transfers["from"], ["web", *WORKERS], strict=True):
+    for peer, name in zip(from_transfers["from"], ["web", *SANDBOX_WORKERS], strict=True):
         assert selects(peer, NAMESPACE, name)
     # A transfer's port is chosen by the sandbox: every TCP port.
     assert from_transfers["ports"] == [{"protocol": "TCP"}]
@@ -718,7 +767,7 @@ def test_with_web_apps_off_nothing_serves_or_reaches_web_apps(render):
         p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in ingress[0]["from"]
     ] == [
         "web",
-        *WORKERS,
+        *SANDBOX_WORKERS,
     ]
     data = one(objects, "ConfigMap", f"{RELEASE}-config")["data"]
     assert "QUOR_WEBAPP_BASE_URL" not in data
@@ -806,7 +855,7 @@ def test_every_control_plane_container_is_locked_down(render, value_set):
         for o in objects
         if o["kind"] in ("Deployment", "Job") and o["metadata"]["namespace"] == NAMESPACE
     ]
-    assert len(pods) == (6 if value_set == "web apps off" else 7) + 1  # and the migration Job
+    assert len(pods) == (7 if value_set == "web apps off" else 8) + 1  # and the migration Job
     for pod in pods:
         assert pod["enableServiceLinks"] is False  # a Service's *_PORT would shadow QUOR_* settings
         for container in pod["containers"] + pod.get("initContainers", []):
@@ -820,9 +869,14 @@ def test_each_process_runs_by_its_command_and_serves_metrics(defaults):
     # daphne's own access log (full URLs, query strings, not JSON) off: Quor logs access.
     web = ["daphne", "-b", "0.0.0.0", "-p", "8000", "--access-log", "/dev/null"]  # noqa: S104
     assert commands["web"] == [*web, "quor.asgi:application"]
-    for queue in ("default", "sandboxes", "agents"):
-        command = commands[f"worker-{queue}"]
-        assert command[:6] == ["celery", "-A", "quor", "worker", "-Q", queue]
+    for worker in WORKERS:  # one per Celery queue
+        queue = worker.removeprefix("worker-")
+        assert commands[worker][:8] == [
+            "celery", "-A", "quor", "worker", "-Q", queue, "-n", f"{queue}@%h",
+        ]  # fmt: skip
+    assert [w.removeprefix("worker-") for w in WORKERS] == [
+        "default", "sandboxes", "agents", "knowledge",
+    ]  # fmt: skip
     assert commands["beat"][:4] == ["celery", "-A", "quor", "beat"]
     assert commands["egress-proxy"][:3] == ["python", "manage.py", "run_egress_proxy"]
     assert commands["webapp-proxy"] == ["python", "manage.py", "run_webapp_proxy"]

@@ -350,10 +350,13 @@ def test_the_sandbox_trusts_the_quor_ca_but_never_holds_its_key(sandbox, owner):
         user=owner, argv=["cat", "/etc/ssl/certs/ca-certificates.crt"]
     ).stdout.decode()
     assert files.cert_pem().strip() in bundle
+    # Every file the sandbox user can read; the kernel's pseudo-files hold no file of
+    # Quor's and some of them block a reader forever.
+    skip = ["--devices=skip", "--exclude-dir=proc", "--exclude-dir=sys"]
     search = services.sandbox_exec(
-        user=owner,
-        argv=["sh", "-c", f"grep -rlF '{key_line}' / 2>/dev/null | grep -v '^/proc' | head"],
+        user=owner, argv=["grep", "-rlsF", *skip, "--", key_line, "/"], timeout_s=60
     )
+    assert not search.timed_out, "the search did not finish: it proves nothing"
     assert search.stdout == b""
 
 

@@ -1,9 +1,11 @@
 """Bad input gets a 4xx that says what is wrong, and changes nothing."""
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import override_settings
 
 from quor.models import ApiToken, ModelProvider
+from sandboxes.models import Session
 
 PROVIDERS = "/api/v1/model-providers/"
 
@@ -59,6 +61,20 @@ def test_oversize_bodies_get_413_before_being_read(client_for, owner):
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "request_too_large"
     assert not ApiToken.objects.filter(name__startswith="xxx").exists()
+
+
+@pytest.mark.django_db
+@override_settings(QUOR_MAX_UPLOAD_BYTES=1000)
+def test_an_oversize_upload_from_a_page_gets_a_page_that_says_so(client, owner):
+    client.force_login(owner)
+    upload = SimpleUploadedFile("big.bin", b"x" * 5000)
+    response = client.post("/sessions/new", {"prompt": "Hi", "attachments": upload})
+    assert response.status_code == 413
+    assert response["Content-Type"].startswith("text/html")
+    page = response.content.decode()
+    assert "What you sent is too large" in page
+    assert "at most 1000\xa0bytes" in page
+    assert not Session.objects.exists()
 
 
 @pytest.mark.django_db

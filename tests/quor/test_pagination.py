@@ -401,7 +401,10 @@ def test_a_directory_listing_is_bounded_and_says_when_there_is_more(
     client_for, owner, settings, monkeypatch
 ):
     session = factories.make_session(owner)
-    entries = [{"name": f"f{n}", "type": "file", "size": n, "modified": 1.0} for n in range(5)]
+    entries = [
+        {"name": f"f{n}", "type": "file", "size": n, "modified": 1.0, "managed": None}
+        for n in range(5)
+    ]
     monkeypatch.setattr(sandbox_services, "session_files_list", lambda **kwargs: entries)
     client = client_for(owner)
     url = f"/api/v1/sessions/{session.pk}/files/"

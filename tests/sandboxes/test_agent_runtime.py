@@ -30,18 +30,21 @@ SESSION_ID = "0b7c6f0e-session"
 EVENTS_PATH = f"/api/v1/runtime/sessions/{SESSION_ID}/events/"
 WEBAPPS_PATH = f"/api/v1/runtime/sessions/{SESSION_ID}/webapps/"
 HEARTBEAT_PATH = f"/api/v1/runtime/sessions/{SESSION_ID}/heartbeat/"
+SEARCH_PATH = "/api/v1/runtime/knowledge/search"
 WEBAPP_URL = "http://wfeedface.apps.test/"
 ALL_INTERFACES = "0.0.0.0"  # noqa: S104  (where web apps must listen)
 
 
 class EventsRecorder:
     """Quor's events API: accepts posts with the right token, records their events; and
-    its web app registrations (in `webapps`) and the times of heartbeats (answered with
-    `heartbeat_status`)."""
+    its web app registrations (in `webapps`), the times of heartbeats (answered with
+    `heartbeat_status`) and knowledge searches (answered with `search_answer`)."""
 
     def __init__(self):
         self.posts: list[list[dict]] = []
         self.webapps: list[dict] = []
+        self.searches: list[dict] = []
+        self.search_answer = (200, {"results": []})
         self.heartbeats: list[float] = []
         self.heartbeat_status = 204
         self.rejected = 0
@@ -58,12 +61,17 @@ class EventsRecorder:
                     EVENTS_PATH,
                     WEBAPPS_PATH,
                     HEARTBEAT_PATH,
+                    SEARCH_PATH,
                 ):
                     recorder.rejected += 1
                     status = 401
                 elif self.path == HEARTBEAT_PATH:
                     recorder.heartbeats.append(time.monotonic())
                     status, answer = recorder.heartbeat_status, b""
+                elif self.path == SEARCH_PATH:
+                    recorder.searches.append(json.loads(body))
+                    status, answer = recorder.search_answer
+                    answer = json.dumps(answer).encode()
                 elif status == 200 and self.path == WEBAPPS_PATH:
                     registration = json.loads(body)
                     recorder.webapps.append(registration)
@@ -227,6 +235,7 @@ def test_an_anthropic_run_writes_a_program_runs_it_and_reports_its_output(quor, 
         "write_file",
         "edit_file",
         "list_files",
+        "search_company_knowledge",
         "start_web_app",
     }
     assert all("input_schema" in tool for tool in first["body"]["tools"])
@@ -387,6 +396,55 @@ def test_a_provider_failure_gives_one_error_event_and_exit_code_2(
         assert secret not in error["message"]
 
 
+@pytest.mark.parametrize("kind", ["anthropic", "openai"])
+def test_a_model_request_the_user_rejected_ends_the_turn_without_an_error(
+    quor, model, session_dir, kind
+):
+    # The egress proxy's refusal when the user rejected the parked request (an App
+    # covering the model provider's address): the user's choice, not a failure.
+    refusal = {"error": {"code": "approvals.rejected", "message": "The user rejected it."}}
+    model.fail_with = (403, refusal)
+    result = run_agent(session_dir, agent_env(quor, model, session_dir, kind))
+
+    assert result.returncode == 0, result.stderr
+    assert quor.kinds() == ["turn_finished"]
+    assert quor.of_kind("turn_finished")[0]["stop_reason"] == "approval_rejected"
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (403, "approvals.expired"),
+        (403, "approvals.unavailable"),
+        (403, "apps.action_denied"),
+        (403, "egress.credential_unavailable"),
+        (503, "egress.not_ready"),
+    ],
+)
+def test_a_model_request_the_proxy_refused_fails_with_the_proxys_code(
+    quor, model, session_dir, status, code
+):
+    # Not the provider refusing Quor's credentials (model.unauthorized): the egress
+    # proxy did not send the request, and its code says why.
+    model.fail_with = (status, {"error": {"code": code, "message": "Not sent; do not retry."}})
+    result = run_agent(session_dir, agent_env(quor, model, session_dir))
+
+    assert result.returncode == 2, result.stderr
+    assert quor.kinds() == ["error"]
+    [error] = quor.of_kind("error")
+    assert error["code"] == code
+    assert "Not sent; do not retry." in error["message"] and str(status) in error["message"]
+
+
+def test_a_providers_own_403_with_a_code_stays_model_unauthorized(quor, model, session_dir):
+    refusal = {"error": {"code": "unsupported_country_region_territory", "message": "No."}}
+    model.fail_with = (403, refusal)
+    result = run_agent(session_dir, agent_env(quor, model, session_dir, "openai"))
+
+    assert result.returncode == 2, result.stderr
+    assert [e["code"] for e in quor.of_kind("error")] == ["model.unauthorized"]
+
+
 def test_a_silent_provider_gives_a_timeout_error(quor, model, session_dir):
     model.stall_seconds = 3
     model.script = [{"text": "too late"}]
@@ -498,8 +556,9 @@ def test_the_system_prompt_names_the_session_dir_and_carries_agents_md(quor, mod
     assert str(session_dir) in system and "Always answer in haiku." in system
 
 
-def test_the_runtime_imports_only_the_standard_library():
-    tree = ast.parse(AGENT.read_text())
+@pytest.mark.parametrize("program", [AGENT, AGENT.parent / "quor_search.py"])
+def test_the_runtime_imports_only_the_standard_library_and_its_own_modules(program):
+    tree = ast.parse(program.read_text())
     modules = {
         alias.name.split(".")[0]
         for node in ast.walk(tree)
@@ -509,7 +568,8 @@ def test_the_runtime_imports_only_the_standard_library():
     modules |= {
         node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
     }
-    assert modules <= sys.stdlib_module_names
+    own = {path.stem for path in AGENT.parent.glob("*.py")}
+    assert modules <= sys.stdlib_module_names | own
 
 
 def test_the_runtime_uses_the_proxy_even_for_hosts_in_no_proxy(tmp_path):
@@ -554,6 +614,87 @@ def test_the_runtime_uses_the_proxy_even_for_hosts_in_no_proxy(tmp_path):
     assert any(
         url.startswith("http://127.0.0.1:9/api/v1/runtime/sessions/s/events/") for url in seen
     )
+
+
+# --- search_company_knowledge and quor-search ---------------------------------------
+
+FOUND = {
+    "results": [
+        {
+            "document": 7, "title": "Travel policy", "url": "https://intranet.test/travel",
+            "passage": "Book economy class for flights under six hours.", "source": 1,
+            "source_name": "Handbook", "type": "pdf", "updated_at": "2026-11-30T10:00:00Z",
+        }
+    ]
+}  # fmt: skip
+
+
+def test_the_agent_searches_company_knowledge_through_quor_with_its_placeholder(
+    quor, model, session_dir
+):
+    quor.search_answer = (200, FOUND)
+    call = {"name": "search_company_knowledge", "input": {"query": "travel flights", "limit": 3}}
+    model.script = [{"tool_calls": [call]}, {"text": "Economy class."}]
+    result = run_agent(session_dir, agent_env(quor, model, session_dir))
+    assert result.returncode == 0, result.stderr
+    assert quor.searches == [{"query": "travel flights", "limit": 3}]
+    [tool_result] = quor.of_kind("tool_result")
+    assert "1. Travel policy (Handbook · pdf · 2026-11-30)" in tool_result["output"]
+    assert "Book economy class for flights under six hours." in tool_result["output"]
+    assert not tool_result.get("is_error")
+
+
+def test_a_search_quor_refuses_is_a_tool_error_the_model_reads(quor, model, session_dir):
+    quor.search_answer = (
+        400,
+        {"error": {"code": "knowledge.invalid_query", "message": "The query is empty."}},
+    )
+    call = {"name": "search_company_knowledge", "input": {"query": " "}}
+    model.script = [{"tool_calls": [call]}, {"text": "Sorry."}]
+    result = run_agent(session_dir, agent_env(quor, model, session_dir))
+    assert result.returncode == 0, result.stderr
+    [tool_result] = quor.of_kind("tool_result")
+    assert tool_result["is_error"]
+    assert "HTTP 400" in tool_result["output"] and "The query is empty." in tool_result["output"]
+
+
+def run_quor_search(quor, *args):
+    env = {"PATH": os.environ["PATH"], "QUOR_API_URL": quor.url, "QUOR_API_TOKEN": TOKEN}
+    return subprocess.run(
+        [PYTHON, str(AGENT.parent / "quor_search.py"), *args],
+        env=env, capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+
+
+def test_quor_search_prints_results_for_people_and_json_for_scripts(quor):
+    quor.search_answer = (200, FOUND)
+    people = run_quor_search(quor, "travel", "flights", "--type", "pdf", "--source", "1")
+    assert people.returncode == 0, people.stderr
+    assert people.stdout.splitlines() == [
+        "1. Travel policy (Handbook · pdf · 2026-11-30)",
+        "   https://intranet.test/travel",
+        "   Book economy class for flights under six hours.",
+    ]
+    assert quor.searches[-1] == {
+        "query": "travel flights",
+        "limit": 10,
+        "sources": [1],
+        "types": ["pdf"],
+    }
+    scripts = run_quor_search(quor, "--json", "travel")
+    assert json.loads(scripts.stdout) == FOUND
+
+
+def test_quor_search_says_what_went_wrong_and_exits_1(quor):
+    quor.search_answer = (200, {"results": []})
+    assert run_quor_search(quor, "nothing").stdout.strip() == "No document you may read matches."
+    quor.search_answer = (
+        401,
+        {"error": {"code": "authentication_failed", "message": "Unknown credential."}},
+    )
+    refused = run_quor_search(quor, "x")
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert "quor-search: Quor refused the search (HTTP 401): Unknown credential." in refused.stderr
 
 
 # --- start_web_app --------------------------------------------------------------------

@@ -105,6 +105,36 @@ def start_redis() -> None:
     wait_until(redis_up, 30, "Redis did not come back")
 
 
+def test_viewers_are_served_at_once_after_redis_restarted(owner, quor_web):
+    """A restart of Redis kills the web process's pooled connections to it; the next
+    viewers must not be the ones to find out (each of their connects used to fail once
+    per dead connection, and the page waited seconds to retry)."""
+    import json
+
+    import websocket
+
+    session = factories.make_session(owner)
+    factories.make_event(session, 1, "assistant_text", text="Hello.")
+    cookie = cookie_for(owner).decode()
+
+    def first_event_of_a_new_viewer():
+        viewer = websocket.create_connection(
+            f"{quor_web.replace('http', 'ws', 1)}/ws/sessions/{session.pk}/?after=0",
+            header=[f"Cookie: {cookie}"],
+            origin="http://localhost",
+            timeout=10,
+        )
+        try:
+            return json.loads(viewer.recv())["seq"]
+        finally:
+            viewer.close()
+
+    assert [first_event_of_a_new_viewer() for _ in range(3)] == [1, 1, 1]
+    stop_redis()
+    start_redis()
+    assert [first_event_of_a_new_viewer() for _ in range(3)] == [1, 1, 1]
+
+
 def test_redis_stopped_while_a_session_is_started(
     client_for, owner, org, egress_proxy, celery_worker, clean_runtimes, upstream_fakes
 ):
@@ -145,10 +175,12 @@ def test_redis_stopped_while_a_session_is_started(
 
 
 def postgresql_cluster() -> list[str]:
-    version = subprocess.run(
-        ["pg_lsclusters", "-h"], capture_output=True, text=True, check=True
-    ).stdout.split()[0]
-    return [version, "main"]
+    """The Debian cluster serving port 5432 (tools/provision's 18/main)."""
+    clusters = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True, check=True)
+    version, name = next(
+        line.split()[:2] for line in clusters.stdout.splitlines() if line.split()[2] == "5432"
+    )
+    return [version, name]
 
 
 def postgresql_up() -> bool:

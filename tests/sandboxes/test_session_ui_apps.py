@@ -91,11 +91,11 @@ def test_an_unknown_or_disabled_app_shows_the_reason_and_creates_nothing(
             "model": f"{provider.pk}:claude-test",
             "apps": [str(apps["github"].pk), value],
         },
-        follow=True,
     )
-    assert response.redirect_chain == [("/", 302)]
-    messages = re.findall(r'<ul class="messages"><li>(.*?)</li>', response.content.decode())
-    assert messages and "Apps" in messages[0]
+    assert response.status_code == 400
+    reason = re.findall(r'<p class="errors" id="apps-error">(.*?)</p>', response.content.decode())
+    assert reason and "Apps" in reason[0]
+    assert "Merge the PR</textarea>" in response.content.decode()
     assert not Session.objects.exists()
     assert queued == []
 
@@ -121,19 +121,27 @@ def test_a_session_without_apps_shows_no_apps_line(logged_in, owner):
 def test_the_session_page_has_what_approval_cards_need(logged_in, owner):
     session = factories.make_session(owner, status=Session.Status.RUNNING)
     page = logged_in.get(f"/sessions/{session.pk}/").content.decode()
-    # The script renders the cards into the live region from the event stream, and
-    # posts decisions with the page's CSRF token (session-cookie auth).
+    # The script renders the cards into the stream from the event stream (announced by
+    # a separate status element, not piece by piece), and posts decisions with the
+    # page's CSRF token (session-cookie auth).
     assert f'data-session-id="{session.pk}"' in page
-    assert '<div id="events" aria-live="polite">' in page
+    assert '<div id="events" aria-busy="false">' in page
+    assert re.search(r'<p id="announcer" [^>]*role="status" aria-live="polite">', page)
     assert 'name="csrfmiddlewaretoken"' in page
     assert re.search(r'<div id="approval-alert" class="approval-alert" hidden>', page)
     assert 'id="approval-alert-text"' in page
     assert re.search(r'<button type="button" id="approval-alert-show"[^>]*>Show</button>', page)
     assert "sandboxes/session.js" in page and "sandboxes/session.css" in page
-    # No inline scripts: only the page's one script file.
-    assert re.findall(r"<script[^>]*>", page) == [
-        re.search(r'<script src="[^"]*sandboxes/session\.js">', page).group(0)
-    ]
+    # No inline scripts: every script is a file of Quor's own (the vendored Markdown
+    # renderer, sanitizer and highlighter among them).
+    scripts = re.findall(r"<script[^>]*>", page)
+    assert all(re.fullmatch(r'<script src="/static/[^"]+\.js"( defer)?>', tag) for tag in scripts)
+    for library in (
+        "marked/marked.umd.js",
+        "dompurify/purify.min.js",
+        "highlight/highlight.min.js",
+    ):
+        assert any(f"/static/vendor/{library}" in tag for tag in scripts)
 
 
 def test_the_session_script_handles_approval_events_and_posts_decisions():

@@ -104,6 +104,14 @@ def test_the_page_has_no_inline_scripts(logged_in, session, webapps):
     assert not re.search(r"\son[a-z]+=", page)  # no inline event handlers
 
 
+def shown_sharing_help(tags):
+    return [
+        p["data-sharing-help"]
+        for p in tags.of("p")
+        if "data-sharing-help" in p and "hidden" not in p
+    ]
+
+
 @pytest.mark.django_db
 def test_the_owner_sees_the_sharing_switch_with_the_current_choice(logged_in, session, webapps):
     tags = Tags(page_of(logged_in, session))
@@ -114,9 +122,14 @@ def test_the_owner_sees_the_sharing_switch_with_the_current_choice(logged_in, se
     assert [r["value"] for r in radios] == ["private", "organization"]
     assert [r["value"] for r in radios if "checked" in r] == ["private"]
 
+    # The help text says what the chosen option means (session.js follows a change).
+    assert shown_sharing_help(tags) == ["private"]
+
     Session.objects.filter(pk=session.pk).update(sharing=Session.Sharing.ORGANIZATION)
-    radios = Tags(page_of(logged_in, session)).of("input", type="radio", name="sharing")
+    tags = Tags(page_of(logged_in, session))
+    radios = tags.of("input", type="radio", name="sharing")
     assert [r["value"] for r in radios if "checked" in r] == ["organization"]
+    assert shown_sharing_help(tags) == ["organization"]
 
 
 @pytest.mark.django_db

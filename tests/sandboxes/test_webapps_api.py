@@ -194,8 +194,8 @@ def test_the_owner_shares_the_web_apps_with_the_organization_and_back(client_for
         ({"sharing": "public"}, "webapps.invalid_sharing"),
         ({"sharing": ""}, "invalid_input"),
         ({}, "invalid_input"),
-        ({"sharing": "organization", "title": "Renamed"}, "invalid_input"),
-        ({"title": "Renamed"}, "invalid_input"),
+        ({"sharing": "organization", "title": " "}, "sessions.invalid_title"),
+        ({"sharing": "organization", "owner": 3}, "invalid_input"),
     ],
 )
 def test_bad_sharing_changes_nothing(client_for, owner, session, body, code):

@@ -49,6 +49,8 @@ import uuid
 from http.client import HTTPException
 from pathlib import Path
 
+from quor_search import SearchFailed, format_results, proxy_opener, search
+
 EXIT_ERROR_EVENT = 2
 EXIT_QUOR_UNREACHABLE = 3
 EXIT_TERMINATED = 143
@@ -117,27 +119,13 @@ class Config:
             return default
 
 
-def _opener():
-    """Always through the proxy of HTTP(S)_PROXY, whatever NO_PROXY says (urllib's
-    ProxyHandler consults NO_PROXY even for explicit proxies, through this function;
-    the runtime's own requests are its only use of urllib)."""
-    urllib.request.proxy_bypass = lambda host: False
-    proxies = {
-        scheme: os.environ.get(f"{scheme.upper()}_PROXY") or os.environ.get(f"{scheme}_proxy")
-        for scheme in ("http", "https")
-    }
-    return urllib.request.build_opener(
-        urllib.request.ProxyHandler({k: v for k, v in proxies.items() if v})
-    )
-
-
 def post_json(url, body, headers, timeout):
     """The response to a JSON POST, through the egress proxy."""
     headers = {"Content-Type": "application/json", **headers}
     data = json.dumps(body).encode()
     # The URLs come from QUOR_API_URL and QUOR_MODEL_BASE_URL, checked to be http(s).
     request = urllib.request.Request(url, data=data, headers=headers, method="POST")  # noqa: S310
-    return _opener().open(request, timeout=timeout)
+    return proxy_opener().open(request, timeout=timeout)
 
 
 def scrub(text, secrets, limit=500):
@@ -630,6 +618,18 @@ def _wait_and_register(ctx, process, port, command, log_name):
     )
 
 
+def search_company_knowledge(ctx, args):
+    """Quor searches as the sandbox's owner: only documents the user may read."""
+    limit = args.get("limit", 8)
+    if not 1 <= limit <= 20:
+        raise ToolError("`limit` must be from 1 to 20.")
+    try:
+        results = search(ctx.config.api_url, ctx.config.api_token, args["query"], limit=limit)
+    except SearchFailed as exc:
+        raise ToolError(str(exc)) from None
+    return ToolResult(format_results(results))
+
+
 def _schema(required, **properties):
     return {"type": "object", "properties": properties, "required": required}
 
@@ -670,6 +670,18 @@ TOOLS = {
         "end with /.",
         "schema": _schema([], path=_PATH),
         "function": list_files,
+    },
+    "search_company_knowledge": {
+        "description": "Search the company's documents (policies, handbooks, wikis, reports) "
+        "that the user may read. Returns the best documents' titles, links and matching "
+        'passages. Query syntax: words, "a phrase", `or`, `-word` to leave a word out. '
+        "Scripts in the sandbox can run the same search with the `quor-search` command.",
+        "schema": _schema(
+            ["query"],
+            query=_STRING,
+            limit={**_INTEGER, "description": "How many documents (1-20, default 8)."},
+        ),
+        "function": search_company_knowledge,
     },
     "start_web_app": {
         "description": "Start a web server that the user can see and use (a preview in the "
@@ -729,6 +741,30 @@ class ModelError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class ModelRequestRejected(Exception):
+    """The user rejected the model request where the egress proxy parked it for their
+    approval (an App whose addresses cover the model provider's): the user's choice,
+    not a failure, so the turn ends there."""
+
+
+# The namespaces of the codes in the egress proxy's refusals (egress/decisions.py):
+# a model request it did not send. A provider's own error codes are never in them.
+PROXY_CODE_PREFIXES = ("approvals.", "apps.", "egress.")
+
+
+def _proxy_refusal(body):
+    """(code, message) of the egress proxy's refusal in an error body, `{"error":
+    {"code": "approvals.rejected", "message": ...}}`; None for any other body."""
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        return None
+    code = error.get("code") if isinstance(error, dict) else None
+    if not isinstance(code, str) or not code.startswith(PROXY_CODE_PREFIXES):
+        return None
+    return code, str(error.get("message") or "")
 
 
 class Reply:
@@ -816,7 +852,20 @@ class Model:
             with post_json(url, body, headers, silence) as response:
                 reply = self.parse(sse_events(response), on_text)
         except urllib.error.HTTPError as exc:
-            raise _status_error(exc.code, _provider_message(exc.read(65536))) from None
+            body = exc.read(65536)
+            refusal = _proxy_refusal(body)
+            if refusal is None:
+                raise _status_error(exc.code, _provider_message(body)) from None
+            # The proxy did not send the request, for its own reason (an approval that
+            # expired, an App or network rule): the provider never saw Quor's
+            # credentials, so no model.* code; the proxy's code tells the user why.
+            code, message = refusal
+            if code == "approvals.rejected":
+                raise ModelRequestRejected() from None
+            raise ModelError(
+                code,
+                f"Quor's egress proxy did not send the model request (HTTP {exc.code}): {message}",
+            ) from None
         except TimeoutError:
             raise ModelError(
                 "model.timeout", f"The model provider sent nothing for {silence} seconds."
@@ -1091,7 +1140,12 @@ def run_turn(config, events, conversation, directory, session_id=""):
     steps = 0
     while True:
         steps += 1
-        reply = model.complete(system, conversation.messages, events.delta)
+        try:
+            reply = model.complete(system, conversation.messages, events.delta)
+        except ModelRequestRejected:
+            events.flush()
+            stop_reason = "approval_rejected"
+            break
         usage["input_tokens"] += reply.input_tokens
         usage["output_tokens"] += reply.output_tokens
         events.flush()

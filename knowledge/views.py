@@ -1,0 +1,86 @@
+"""The search page: the same search as the API, as the signed-in user; organization
+admins also add files there."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from knowledge import services
+from knowledge.extraction import CONTENT_TYPES
+from knowledge.models import KnowledgeSource
+from knowledge.search import search_for_user, sources_readable_by
+from quor.lib.errors import InvalidInput, QuorError
+from quor.lib.permissions import check_organization_admin
+from quor.models import Membership
+
+TYPE_LABELS = {"pdf": "PDF", "docx": "Word", "html": "HTML", "markdown": "Markdown", "text": "Text"}
+
+
+@login_required
+def knowledge_search(request):
+    query = request.GET.get("q", "")
+    source = request.GET.get("source", "")
+    content_type = request.GET.get("type", "")
+    context = {
+        "query": query,
+        "source": source,
+        "type": content_type,
+        "sources": sources_readable_by(request.user),
+        "types": [(value, TYPE_LABELS[value]) for value in CONTENT_TYPES],
+        "results": None,
+        "upload_sources": _upload_sources(request.user),
+    }
+    if query.strip():
+        try:
+            context["results"] = search_for_user(
+                request.user,
+                query,
+                source_ids=[int(source)]
+                if source.isascii() and source.isdigit() and len(source) < 18
+                else None,
+                content_types=[content_type] if content_type in CONTENT_TYPES else None,
+                limit=20,
+            )
+        except QuorError as error:
+            context["error"] = error.message
+    return render(request, "knowledge/search.html", context)
+
+
+def _upload_sources(user):
+    """An organization admin's upload sources, for the page's upload form; None for
+    everyone else (the form is not shown)."""
+    membership = Membership.objects.filter(
+        user=user, role=Membership.Role.ADMIN, organization__is_active=True
+    ).first()
+    if membership is None:
+        return None
+    return KnowledgeSource.objects.filter(
+        organization_id=membership.organization_id, kind=KnowledgeSource.Kind.UPLOAD
+    )
+
+
+@login_required
+@require_POST
+def knowledge_upload(request):
+    try:
+        membership = check_organization_admin(request.user)
+        source_id = request.POST.get("source", "")
+        source = None
+        if source_id.isascii() and source_id.isdigit() and len(source_id) < 18:
+            source = KnowledgeSource.objects.filter(
+                pk=int(source_id), organization=membership.organization
+            ).first()
+        if source is None:
+            raise InvalidInput("Choose one of your sources.", code="knowledge.invalid_source")
+        upload = request.FILES.get("file")
+        if upload is None:
+            raise InvalidInput("Choose a file to add.", code="knowledge.invalid_file")
+        document = services.document_upload(source=source, upload=upload)
+    except QuorError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(
+            request, f"Added “{document.title}” to {source.name}: it is searchable once indexed."
+        )
+    return redirect("knowledge-search")

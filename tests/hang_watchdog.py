@@ -1,0 +1,92 @@
+"""A test that hangs ends the run within minutes, saying where everything stood.
+
+Without it a hang (a lock no one releases, a wait with no timeout) runs until CI's own
+limit kills the run and prints nothing about the cause. After QUOR_TEST_HANG_SECONDS of
+one test (setup, call and teardown together), this prints every thread's stack, what
+each connection to the test database is doing and waiting for, the processes the
+tests started and the ends of their logs, then ends pytest with status 3."""
+
+import asyncio
+import faulthandler
+import gc
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+DEFAULT_HANG_SECONDS = 600
+
+ACTIVITY_SQL = """
+SELECT pid, application_name, state, wait_event_type, wait_event,
+       pg_blocking_pids(pid) AS blocked_by, now() - xact_start AS in_transaction,
+       left(query, 200) AS query
+FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+"""
+
+
+def _print_diagnostics(nodeid: str, seconds: int) -> None:
+    out = sys.stderr
+    out.write(f"\n\nhang watchdog: {nodeid} still runs after {seconds} s\n")
+    out.write("\n--- the stacks of this process's threads ---\n")
+    out.flush()
+    faulthandler.dump_traceback(file=out, all_threads=True)
+    _print_asyncio_tasks(out)
+    out.write("\n--- connections to the test database ---\n")
+    out.flush()
+    from django.conf import settings
+
+    test_database = settings.DATABASES["default"]["NAME"]  # pytest-django renamed it
+    for command in (
+        ["psql", "-X", "-d", test_database, "-c", ACTIVITY_SQL],
+        ["ps", "-o", "pid,ppid,etime,args", "--ppid", str(os.getpid())],
+    ):
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=20)
+            out.write(result.stdout + result.stderr)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            out.write(f"{command[0]} failed: {error}\n")
+    for log in sorted(Path("/tmp/quor-test").glob("*.log")):
+        out.write(f"\n--- the end of {log} ---\n")
+        out.write("\n".join(log.read_text(errors="replace").splitlines()[-30:]) + "\n")
+    out.flush()
+
+
+def _print_asyncio_tasks(out) -> None:
+    """Where each coroutine of a running event loop waits: a thread's stack shows only
+    the loop's select()."""
+    for loop in [o for o in gc.get_objects() if isinstance(o, asyncio.AbstractEventLoop)]:
+        if not loop.is_running():
+            continue
+        out.write(f"\n--- the tasks of event loop {loop!r} ---\n")
+        for task in list(asyncio.all_tasks(loop)):
+            task.print_stack(file=out)
+    out.flush()
+
+
+def _end_run(item, seconds: int) -> None:
+    """Ends the run whatever the diagnostics meet (a failure there must not leave the
+    hang running)."""
+    try:
+        capture = item.config.pluginmanager.getplugin("capturemanager")
+        if capture is not None:
+            capture.suspend_global_capture(in_=True)  # or it goes to the test's capture
+        _print_diagnostics(item.nodeid, seconds)
+    except BaseException:
+        faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)
+    finally:
+        os._exit(3)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    seconds = int(os.environ.get("QUOR_TEST_HANG_SECONDS", DEFAULT_HANG_SECONDS))
+    timer = threading.Timer(seconds, _end_run, args=(item, seconds))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()

@@ -1,0 +1,166 @@
+"""The two rankings and their fusion: words (PostgreSQL full-text search) and meaning
+(pgvector's HNSW index over the passages' embeddings), each filtered by access inside
+its own scan."""
+
+import numpy
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from knowledge import search, services
+from knowledge.embeddings import get_embedder
+from knowledge.models import KnowledgeChunk
+from knowledge.principals import principal
+from knowledge.search import (
+    CHUNKS_PER_DOCUMENT,
+    best_chunks_by_meaning,
+    best_chunks_by_words,
+    fuse_rankings,
+    search_for_user,
+)
+from tests.knowledge.conftest import add_document
+
+EXPENSES = "Travel expenses are reimbursed within thirty days of submitting the receipts."
+EXPENSES_QUESTION = "how fast do I get my money back for a trip"
+
+
+def titles(results) -> list[str]:
+    return [result.title for result in results]
+
+
+def test_a_document_sharing_no_word_with_the_query_is_found_by_its_meaning(world):
+    add_document(world.handbook, "expenses.md", EXPENSES, [principal("org", world.acme.pk)])
+    assert titles(search_for_user(world.legal_colleague, EXPENSES_QUESTION))[0] == "expenses"
+    words = search.words_of(EXPENSES_QUESTION)
+    assert best_chunks_by_words(KnowledgeChunk.objects.all(), words, 10) == []
+
+
+def test_a_query_about_nothing_anyone_wrote_finds_nothing(world):
+    add_document(world.handbook, "expenses.md", EXPENSES, [principal("org", world.acme.pk)])
+    assert search_for_user(world.owner, "xylophone concert tickets") == []
+
+
+def test_a_document_found_by_both_rankings_comes_before_one_found_by_either():
+    by_words = [(1, 11), (2, 21)]
+    by_meaning = [(3, 31), (2, 22)]
+    assert fuse_rankings(by_words, by_meaning) == [(2, 21), (1, 11), (3, 31)]
+    assert fuse_rankings([], by_meaning) == by_meaning
+    assert fuse_rankings([(5, 51)], [(4, 41)]) == [(4, 41), (5, 51)]  # a tie: the older first
+
+
+def add_passages(document, vectors, access):
+    """Passages of `document` with the given embeddings (the text is the first one's)."""
+    template = KnowledgeChunk.objects.filter(document=document).first()
+    start = KnowledgeChunk.objects.filter(document=document).count()
+    KnowledgeChunk.objects.bulk_create(
+        KnowledgeChunk(
+            document=document,
+            organization_id=template.organization_id,
+            source_id=template.source_id,
+            content_type=template.content_type,
+            position=start + offset,
+            text=template.text,
+            embedding=vector,
+            embedding_model=template.embedding_model,
+            access=access,
+        )
+        for offset, vector in enumerate(vectors)
+    )
+
+
+@pytest.fixture
+def crowded(world):
+    """A readable passage behind far more hidden ones nearer the query than the index
+    scan's first batch, and more readable passages than the vector ranking reads (far
+    from the query), so the index scan alone could answer."""
+    everyone = [principal("org", world.acme.pk)]
+    add_document(
+        world.handbook,
+        "reimbursement.md",
+        "Money spent on business trips is paid back to staff.",
+        everyone,
+    )
+    noise = numpy.random.default_rng(seed=18)
+    vector = get_embedder().embed_passages([EXPENSES])[0]
+
+    def unit(vectors):
+        return vectors / numpy.linalg.norm(vectors, axis=1, keepdims=True)
+
+    filler = add_document(world.handbook, "filler.md", "Unrelated filler.", everyone)
+    add_passages(filler, unit(noise.normal(0, 1, (CHUNKS_PER_DOCUMENT * 60, 384))), everyone)
+    hidden = add_document(world.handbook, "hidden.md", EXPENSES, [])
+    # Near the query but not one point: a crowd of one point is no graph a scan can walk.
+    near = vector + noise.normal(0, 0.03, (3 * CHUNKS_PER_DOCUMENT * 50, 384))
+    add_passages(hidden, unit(near.astype(numpy.float32)), [])
+    with connection.cursor() as cursor:
+        # A graph of this test's passages, without the dead ones earlier tests left behind
+        # (autovacuum's work on a real server), which change who is reachable from where.
+        cursor.execute("REINDEX INDEX knowledge_chunk_embedding")
+
+
+def search_through_the_index(user, query):
+    """search_for_user with the planner made to use the HNSW index, as on a large table
+    (here reading the organization's passages and sorting them would be cheaper); the
+    results and the vector ranking's SQL statements."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        for kind in ("seqscan", "bitmapscan", "sort"):
+            cursor.execute(f"SET LOCAL enable_{kind} = off")
+        with CaptureQueriesContext(connection) as queries:
+            results = search_for_user(user, query, limit=1)
+        nearest = [q["sql"] for q in queries.captured_queries if "<=>" in q["sql"]]
+        cursor.execute("EXPLAIN " + nearest[0])
+        plan = "\n".join(line for (line,) in cursor.fetchall())
+    assert "Index Scan using knowledge_chunk_embedding" in plan
+    return results, nearest
+
+
+def test_the_index_scan_goes_on_past_hidden_passages_to_the_readable_ones(world, crowded):
+    results, nearest = search_through_the_index(world.legal_colleague, EXPENSES)
+    assert titles(results) == ["reimbursement"]
+    assert len(nearest) == 1  # the index scan found enough by itself: no exact search
+
+
+def test_when_the_index_scan_gives_up_every_readable_passage_is_compared(
+    world, crowded, monkeypatch
+):
+    monkeypatch.setattr(search, "MAX_SCAN_TUPLES", 100)
+    results, nearest = search_through_the_index(world.legal_colleague, EXPENSES)
+    assert titles(results) == ["reimbursement"]
+    assert len(nearest) == 2  # the index scan, then the exact search
+
+
+def test_passages_embedded_by_another_model_are_not_compared_and_reindexing_embeds_them_again(
+    world,
+):
+    document = add_document(
+        world.handbook, "expenses.md", EXPENSES, [principal("org", world.acme.pk)]
+    )
+    embedder = get_embedder()
+    chunks = KnowledgeChunk.objects.filter(document=document)
+    assert set(chunks.values_list("embedding_model", flat=True)) == {embedder.name}
+    chunks.update(embedding_model="an-older-model")
+    query = embedder.embed_query(EXPENSES_QUESTION)
+    assert best_chunks_by_meaning(KnowledgeChunk.objects.all(), query, embedder.name, 10) == []
+    services.document_index(document.pk)
+    assert set(chunks.values_list("embedding_model", flat=True)) == {embedder.name}
+    assert [doc for doc, _ in best_chunks_by_meaning(chunks, query, embedder.name, 10)] == [
+        document.pk
+    ]
+
+
+def test_a_left_out_word_is_left_out_of_the_meaning_ranking_too(world):
+    add_document(world.handbook, "expenses.md", EXPENSES, [principal("org", world.acme.pk)])
+    add_document(
+        world.handbook,
+        "trips.md",
+        "Receipts for trips abroad are reimbursed in euros.",
+        [principal("org", world.acme.pk)],
+    )
+    found = titles(search_for_user(world.owner, EXPENSES_QUESTION + " -euros"))
+    assert "expenses" in found and "trips" not in found
+
+
+def test_the_query_is_embedded_without_the_words_it_leaves_out():
+    assert search._kept_words('trips abroad -euros -"per diem" "train tickets"') == (
+        "trips abroad train tickets"
+    )

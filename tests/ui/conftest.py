@@ -1,0 +1,163 @@
+"""Quor's pages in a real browser: headless Chromium (Debian's, driven by Playwright)
+against Quor's web process (daphne, the `quor_web` fixture) on the test database, at a
+desktop and a phone width. Data the page shows must be committed, so these tests use
+`django_db(transaction=True)`.
+
+`QUOR_SCREENSHOTS_DIR=docs/screenshots` makes `ui.screenshot()` write the pictures that
+docs/ shows (`make screenshots`); otherwise screenshots are skipped."""
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.test import Client
+from playwright.sync_api import sync_playwright
+
+from tests import factories
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's package (tools/provision); Playwright downloads none
+QUOR = settings.QUOR_PUBLIC_URL.rstrip("/")
+AXE = Path(__file__).resolve().parents[2] / "node_modules/axe-core/axe.min.js"
+VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
+# Without these, Chromium keeps calling home, which this machine's closed network refuses.
+QUIET = [
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+@pytest.fixture
+def member(org):
+    """A member of an organization with one model provider."""
+    user = factories.make_user(org, email="ada@example.com")
+    factories.make_provider(org, display_name="Anthropic", model_names=["claude-sonnet"])
+    return user
+
+
+@pytest.fixture(params=list(VIEWPORTS))
+def viewport(request):
+    """Each test that takes it runs at 1280 px and at 390 px wide."""
+    return request.param
+
+
+class BrowserPages:
+    """Pages of one browser profile at one width, logged in as a given user."""
+
+    def __init__(self, playwright, viewport_name):
+        self.viewport = viewport_name
+        self.browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=QUIET
+        )
+        self.context = self.browser.new_context(
+            viewport=VIEWPORTS[viewport_name], has_touch=viewport_name == "phone"
+        )
+        self.context.set_default_timeout(10_000)
+        self.errors = []
+        self.unanswered = {}  # request -> when it was sent, until it is answered
+        self.failed = []
+
+    def page_for(self, user, path="/"):
+        """A new tab logged in as `user` (a session cookie of Django's own login), at `path`.
+        Script errors and what the Content-Security-Policy blocked are collected in
+        `self.errors`, which must be empty when the test ends."""
+        if user is not None:
+            client = Client()
+            client.force_login(user)
+            cookie = client.cookies[settings.SESSION_COOKIE_NAME]
+            self.context.add_cookies(
+                [{"name": cookie.key, "value": cookie.value, "url": QUOR, "secure": False}]
+            )
+        page = self.context.new_page()
+        page.on("pageerror", lambda error: self.errors.append(str(error)))
+        page.on("console", self._note_policy_violation)
+        page.on("request", lambda r: self.unanswered.setdefault(r, time.strftime("%H:%M:%S")))
+        page.on("requestfinished", lambda r: self.unanswered.pop(r, None))
+        page.on("requestfailed", self._note_failed_request)
+        page.goto(QUOR + path)
+        return page
+
+    def _note_policy_violation(self, message):
+        """Chromium reports what the Content-Security-Policy blocked as a console error:
+        a script, style or image of Quor's own that the policy refuses is a defect."""
+        if message.type == "error" and "Content Security Policy" in message.text:
+            self.errors.append(message.text)
+
+    def _note_failed_request(self, request):
+        self.unanswered.pop(request, None)
+        self.failed.append(f"{request.method} {request.url}: {request.failure}")
+
+    def network_report(self) -> str:
+        """What the pages asked for and never got: shown when a test fails, since a
+        wait that times out says only what it waited for."""
+        unanswered = [f"{sent} {r.method} {r.url}" for r, sent in self.unanswered.items()]
+        failed = self.failed or "none"
+        return f"requests never answered: {unanswered or 'none'}\nrequests that failed: {failed}"
+
+    def screenshot(self, page, name):
+        folder = os.environ.get("QUOR_SCREENSHOTS_DIR")
+        if folder:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=f"{folder}/{name}-{self.viewport}.png", full_page=True)
+
+    def close(self):
+        self.browser.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.when == "call":
+        item.ui_call_failed = report.failed
+    return report
+
+
+@pytest.fixture
+def ui(request, viewport, quor_web, monkeypatch):
+    """Browser pages at one width. A browser per test: Playwright's sync API runs an event
+    loop in this thread while it lives, and Django refuses database calls beside a running
+    loop, so the test's own database calls are allowed here and the loop ends with the
+    test (later tests see none)."""
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_playwright() as playwright:
+        pages = BrowserPages(playwright, viewport)
+        yield pages
+        if getattr(request.node, "ui_call_failed", False):
+            print(pages.network_report())  # in the report's "Captured stdout teardown"
+        pages.close()
+    assert not pages.errors, f"script errors on the page: {pages.errors}"
+
+
+def accessibility_violations(page, *, impacts=("serious", "critical")):
+    """axe-core's violations of the page as it is now, of the given impacts."""
+    # Through DevTools, not a <script> tag, which Quor's Content-Security-Policy refuses.
+    page.evaluate(f"() => {{ {AXE.read_text()}\n}}")
+    result = page.evaluate("async () => JSON.stringify(await window.axe.run(document))")
+    return [
+        {
+            "id": violation["id"],
+            "impact": violation["impact"],
+            "help": violation["help"],
+            "nodes": [node["target"] for node in violation["nodes"]][:5],
+        }
+        for violation in json.loads(result)["violations"]
+        if violation["impact"] in impacts
+    ]
+
+
+def assert_accessible(page):
+    violations = accessibility_violations(page)
+    assert not violations, json.dumps(violations, indent=1)
+
+
+def assert_fits_the_width(page):
+    """Nothing makes the page scroll sideways."""
+    overflow = page.evaluate(
+        "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+    )
+    assert overflow[0] <= overflow[1], f"the page is {overflow[0]} px wide in {overflow[1]} px"
