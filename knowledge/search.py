@@ -225,12 +225,10 @@ def best_chunks_by_meaning(chunks, query_vector, model_name, count) -> list[tupl
     CHUNKS_PER_DOCUMENT times count of them, so a caller who may read few chunks still
     gets their nearest ones; relaxed order is sorted here."""
     wanted = CHUNKS_PER_DOCUMENT * count
-    nearest_first = (
-        chunks.filter(embedding_model=model_name)
-        .annotate(distance=CosineDistance("embedding", query_vector))
-        .order_by("distance")
-        .values_list("distance", "pk", "document_id")
+    by_distance = chunks.filter(embedding_model=model_name).annotate(
+        distance=CosineDistance("embedding", query_vector)
     )
+    fields = ("distance", "pk", "document_id")
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         cursor.execute(f"SET LOCAL hnsw.ef_search = {EF_SEARCH:d}")
@@ -238,15 +236,14 @@ def best_chunks_by_meaning(chunks, query_vector, model_name, count) -> list[tupl
     # In relaxed order the scan's first rows are near, not the nearest: it reads a whole
     # candidate list and the nearest of those are kept.
     fetched = max(wanted, EF_SEARCH)
-    nearest = list(nearest_first[:fetched])
+    nearest = list(by_distance.order_by("distance").values_list(*fields)[:fetched])
     if len(nearest) < fetched:
         # The caller reads fewer passages than that, or the index scan gave up after
         # MAX_SCAN_TUPLES: then every readable passage is compared, so what a caller who
-        # reads little gets does not depend on how many others lie nearer.
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL enable_indexscan = off")
-            nearest = list(nearest_first[:fetched])
-            cursor.execute("SET LOCAL enable_indexscan = on")
+        # reads little gets does not depend on how many others lie nearer. The order is
+        # one the HNSW index cannot give (distance + 0), so no plan can use it here.
+        exact_order = by_distance.annotate(exact_distance=F("distance") + Value(0.0))
+        nearest = list(exact_order.order_by("exact_distance").values_list(*fields)[:fetched])
     nearest = sorted(nearest)[:wanted]
     ranking = {}
     for distance, chunk_id, document_id in nearest:
