@@ -7,3 +7,6 @@ class KnowledgeConfig(AppConfig):
 
     name = "knowledge"
     verbose_name = "Company knowledge"
+
+    def ready(self):
+        from knowledge import checks  # noqa: F401  (registers the system checks)

@@ -12,7 +12,6 @@ from knowledge.models import KnowledgeSource
 from knowledge.search import search_for_user, sources_readable_by
 from quor.lib.errors import InvalidInput, QuorError
 from quor.lib.permissions import check_organization_admin
-from quor.models import Membership
 
 TYPE_LABELS = {"pdf": "PDF", "docx": "Word", "html": "HTML", "markdown": "Markdown", "text": "Text"}
 
@@ -50,10 +49,9 @@ def knowledge_search(request):
 def _upload_sources(user):
     """An organization admin's upload sources, for the page's upload form; None for
     everyone else (the form is not shown)."""
-    membership = Membership.objects.filter(
-        user=user, role=Membership.Role.ADMIN, organization__is_active=True
-    ).first()
-    if membership is None:
+    try:
+        membership = check_organization_admin(user)
+    except QuorError:
         return None
     return KnowledgeSource.objects.filter(
         organization_id=membership.organization_id, kind=KnowledgeSource.Kind.UPLOAD

@@ -167,3 +167,14 @@ def test_the_query_is_embedded_without_the_words_it_leaves_out():
     assert search._kept_words('trips abroad -euros -"per diem" "train tickets"') == (
         "trips abroad train tickets"
     )
+
+
+@pytest.mark.parametrize("setting", ["on", "off"])
+def test_the_words_ranking_leaves_the_planner_settings_as_it_found_them(world, setting):
+    add_document(world.handbook, "expenses.md", EXPENSES, [principal("org", world.acme.pk)])
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"SET LOCAL enable_seqscan = {setting}")
+        found = best_chunks_by_words(KnowledgeChunk.objects.all(), search.words_of(EXPENSES), 10)
+        cursor.execute("SHOW enable_seqscan")
+        assert cursor.fetchone() == (setting,)
+    assert len(found) == 1
