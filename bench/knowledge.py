@@ -262,10 +262,10 @@ def grow_synthetic_passages(organization, size: int, rng) -> float:
         return 0.0
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT indexdef FROM pg_indexes WHERE indexname = 'knowledge_chunk_embedding'"
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'knowledge_chunk_nearest'"
         )
         (index_definition,) = cursor.fetchone()
-        cursor.execute("DROP INDEX knowledge_chunk_embedding")
+        cursor.execute("DROP INDEX knowledge_chunk_nearest")
     model = embeddings.get_embedder().name
     for first in range(have, size, CHUNKS_PER_DOCUMENT):
         count = min(CHUNKS_PER_DOCUMENT, size - first)
@@ -351,7 +351,7 @@ def vector_plan(user, query_vector) -> str:
         cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         cursor.execute("EXPLAIN " + statements[0])
         plan = " ".join(line for (line,) in cursor.fetchall())
-    label = "HNSW" if "knowledge_chunk_embedding" in plan else "exact (access index, sort)"
+    label = "HNSW" if "knowledge_chunk_nearest" in plan else "exact (access index, sort)"
     return label + (", then exact" if len(statements) > 1 else "")
 
 
@@ -378,7 +378,7 @@ def scale(sizes: list[int], rounds: int) -> None:
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT relname, pg_relation_size(oid) FROM pg_class WHERE relname IN "
-                "('knowledge_knowledgechunk', 'knowledge_chunk_embedding', "
+                "('knowledge_knowledgechunk', 'knowledge_chunk_nearest', "
                 "'knowledge_chunk_search', 'knowledge_chunk_access')"
             )
             sizes_mb = {name: size_bytes / 2**20 for name, size_bytes in cursor.fetchall()}

@@ -95,7 +95,7 @@ def crowded(world):
     with connection.cursor() as cursor:
         # A graph of this test's passages, without the dead ones earlier tests left behind
         # (autovacuum's work on a real server), which change who is reachable from where.
-        cursor.execute("REINDEX INDEX knowledge_chunk_embedding")
+        cursor.execute("REINDEX INDEX knowledge_chunk_nearest")
 
 
 def search_through_the_index(user, query):
@@ -112,7 +112,7 @@ def search_through_the_index(user, query):
         for statement in nearest:
             cursor.execute("EXPLAIN " + statement)
             plans.append("\n".join(line for (line,) in cursor.fetchall()))
-    assert "Index Scan using knowledge_chunk_embedding" in plans[0]
+    assert "Index Scan using knowledge_chunk_nearest" in plans[0]
     return results, plans
 
 
@@ -129,7 +129,7 @@ def test_when_the_index_scan_gives_up_every_readable_passage_is_compared(
     results, plans = search_through_the_index(world.legal_colleague, EXPENSES)
     assert titles(results) == ["reimbursement"]
     assert len(plans) == 2  # the index scan, then the exact search, which no plan
-    assert "knowledge_chunk_embedding" not in plans[1]  # can give to the index
+    assert "knowledge_chunk_nearest" not in plans[1]  # can give to the index
 
 
 def test_passages_embedded_by_another_model_are_not_compared_and_reindexing_embeds_them_again(
