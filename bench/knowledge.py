@@ -36,10 +36,12 @@ runs inline here), file store /tmp/quor-bench-knowledge.
 """
 
 import argparse
+import gzip
 import io
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -235,9 +237,42 @@ def quality() -> None:
 # --- 2. Scale ---------------------------------------------------------------------------------
 
 
-def grow_synthetic_passages(organization, size: int, rng) -> float:
+MANUALS = Path("/usr/share/man")
+COPIED_SHARE = 0.01  # with --text manuals: passages whose text is a fixture passage's
+UNINDEXED = "quor-bench-unindexed"  # the search vector of a manual passage until updated
+_GROFF_ESCAPE = re.compile(r"\\(f\[[^]]*\]|f\(..|f.|\(..|\*\(..|\*\[[^]]*\]|\*.|s[-+]?\d|.)")
+
+
+def manual_passages(count: int) -> list[str]:
+    """`count` passages of about 120 words from this machine's manual pages, their groff
+    markup stripped: real technical text, for a words ranking that meets a vocabulary as
+    varied as a company's, where copies of the fixture repeat its few hundred passages'
+    words and pairs of words hundreds of times."""
+    passages, words = [], []
+    for path in sorted(MANUALS.glob("man*/*.gz")):
+        try:
+            source = gzip.decompress(path.read_bytes()).decode("utf-8", "replace")
+        except (OSError, EOFError, gzip.BadGzipFile):
+            continue
+        for line in source.splitlines():
+            if line.startswith(('.\\"', "'\\\"")):
+                continue
+            if line.startswith("."):
+                line = line.partition(" ")[2]
+            words.extend(_GROFF_ESCAPE.sub(" ", line).split())
+            while len(words) >= 120:
+                passages.append(" ".join(words[:120]))
+                del words[:120]
+                if len(passages) == count:
+                    return passages
+    raise SystemExit(f"{MANUALS} holds {len(passages)} passages of text, not {count}")
+
+
+def grow_synthetic_passages(organization, size: int, rng, text: str) -> float:
     """Adds synthetic passages until the organization has `size`; returns the seconds the
-    HNSW index took to build over the whole table (dropped for the load)."""
+    HNSW index took to build over the whole table (dropped for the load). Their text is a
+    fixture passage's (`copies`), or with `manuals` a manual page's for all but
+    COPIED_SHARE of them."""
     import numpy
     from django.contrib.auth.models import Group
     from django.db import connection
@@ -260,13 +295,15 @@ def grow_synthetic_passages(organization, size: int, rng) -> float:
     have = KnowledgeChunk.objects.filter(organization=organization).count()
     if have >= size:
         return 0.0
+    # The model's definition of the index: a run cut short here left the table without it.
+    (nearest,) = [index for index in KnowledgeChunk._meta.indexes if index.name.endswith("nearest")]
+    with connection.schema_editor() as editor:
+        index_definition = str(nearest.create_sql(KnowledgeChunk, editor))
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT indexdef FROM pg_indexes WHERE indexname = 'knowledge_chunk_nearest'"
-        )
-        (index_definition,) = cursor.fetchone()
-        cursor.execute("DROP INDEX knowledge_chunk_nearest")
+        cursor.execute("DROP INDEX IF EXISTS knowledge_chunk_nearest")
     model = embeddings.get_embedder().name
+    # From the first passage on for every size, so that one run's sizes share none.
+    manuals = iter(manual_passages(size)[have:]) if text == "manuals" else None
     for first in range(have, size, CHUNKS_PER_DOCUMENT):
         count = min(CHUNKS_PER_DOCUMENT, size - first)
         document = KnowledgeDocument.objects.create(
@@ -275,8 +312,11 @@ def grow_synthetic_passages(organization, size: int, rng) -> float:
             access=[principal("org", organization.pk)], state=KnowledgeDocument.State.INDEXED,
         )  # fmt: skip
         rows = io.StringIO()
+        texts = [next(manuals) for _ in range(count)] if manuals else []
         for position in range(count):
-            text, vector_text, embedding = originals[rng.integers(len(originals))]
+            passage, vector_text, embedding = originals[rng.integers(len(originals))]
+            if texts and rng.random() >= COPIED_SHARE:
+                passage, vector_text = texts[position], None
             other = originals[rng.integers(len(originals))][2]
             share = rng.uniform(0.5, 1.0)
             moved = share * numpy.asarray(embedding) + (1 - share) * numpy.asarray(other)
@@ -289,7 +329,8 @@ def grow_synthetic_passages(organization, size: int, rng) -> float:
             ]
             rows.write("\t".join([
                 str(document.pk), str(organization.pk), str(source.pk), "markdown",
-                str(position), _copy_text(text), _copy_text(vector_text),
+                str(position), _copy_text(passage),
+                _copy_text(vector_text if vector_text is not None else UNINDEXED),
                 "[" + ",".join(f"{value:.7f}" for value in moved) + "]", model,
                 "{" + ",".join(access) + "}",
             ]) + "\n")  # fmt: skip
@@ -302,6 +343,12 @@ def grow_synthetic_passages(organization, size: int, rng) -> float:
             ) as copy,
         ):
             copy.write(rows.getvalue())
+    with connection.cursor() as cursor:  # the manual pages' text, as Quor indexes it
+        cursor.execute(
+            "UPDATE knowledge_knowledgechunk SET search_vector = to_tsvector(%s::regconfig, text) "
+            "WHERE organization_id = %s AND search_vector = %s::tsvector",
+            [services.SEARCH_CONFIG, organization.pk, UNINDEXED],
+        )
     started = time.perf_counter()
     with connection.cursor() as cursor:
         cursor.execute("SET maintenance_work_mem = '1GB'")
@@ -355,7 +402,7 @@ def vector_plan(user, query_vector) -> str:
     return label + (", then exact" if len(statements) > 1 else "")
 
 
-def scale(sizes: list[int], rounds: int) -> None:
+def scale(sizes: list[int], rounds: int, text: str) -> None:
     import numpy
     from django.db import connection, reset_queries
 
@@ -374,7 +421,7 @@ def scale(sizes: list[int], rounds: int) -> None:
     vectors = [embedder.embed_query(query) for query in queries]
     rng = numpy.random.default_rng(18)
     for size in sizes:
-        build = grow_synthetic_passages(organization, size, rng)
+        build = grow_synthetic_passages(organization, size, rng, text)
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT relname, pg_relation_size(oid) FROM pg_class WHERE relname IN "
@@ -475,12 +522,13 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
+    parser.add_argument("--text", choices=["copies", "manuals"], default="copies")
     arguments = parser.parse_args()
     setup()
     if not arguments.skip_quality:
         quality()
     if not arguments.skip_scale:
-        scale([int(size) for size in arguments.sizes.split(",")], arguments.rounds)
+        scale([int(size) for size in arguments.sizes.split(",")], arguments.rounds, arguments.text)
         timing_of_hidden_matches(arguments.rounds)
 
 

@@ -1,5 +1,7 @@
 """The database server must have a pgvector that can filter inside its index scans."""
 
+import re
+
 from django.core.checks import Error, Tags, register
 from django.db import connection
 
@@ -10,8 +12,8 @@ def pgvector_problem(version: str | None) -> str | None:
     """Why a server with this pgvector version (None: none) cannot serve search."""
     if version is None:
         return "The database server has no pgvector (the `vector` extension)."
-    numbers = tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
-    if numbers < MINIMUM_PGVECTOR:
+    parts = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    if parts is None or tuple(int(part or 0) for part in parts.groups()) < MINIMUM_PGVECTOR:
         return f"The database server's pgvector is {version}; Quor needs 0.8.0 or later."
     return None
 

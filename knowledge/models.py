@@ -153,8 +153,8 @@ class KnowledgeChunk(models.Model):
             HnswIndex(
                 fields=["embedding"],
                 name="knowledge_chunk_nearest",
-                # Recall@10 at 100 000 passages (bench): m 16 0.85-0.87 whatever ef_search,
-                # m 32 0.95-0.97; ef_construction 64 0.72-0.76.
+                # Recall@10 at 100 000 passages (bench): m 16 0.85-0.91 whatever ef_search,
+                # m 32 0.95-0.99; ef_construction 64 0.72-0.76.
                 m=32,
                 ef_construction=200,
                 opclasses=["vector_cosine_ops"],

@@ -233,15 +233,15 @@ def best_chunks_by_words(chunks, words: QueryWords, count) -> list[tuple[int, in
 @contextmanager
 def _planner_setting(name: str, value: str):
     """A planner setting for the statements inside, then back to what it was (a caller's
-    own setting included)."""
+    own setting included). Local to the transaction: a failed statement rolls it back."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("a transaction-local planner setting outside a transaction")
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_setting(%s), set_config(%s, %s, true)", [name, name, value])
         previous, _ = cursor.fetchone()
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT set_config(%s, %s, true)", [name, previous])
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config(%s, %s, true)", [name, previous])
 
 
 def best_chunks_by_meaning(chunks, query_vector, model_name, count) -> list[tuple[int, int]]:

@@ -178,3 +178,19 @@ def test_the_words_ranking_leaves_the_planner_settings_as_it_found_them(world, s
         cursor.execute("SHOW enable_seqscan")
         assert cursor.fetchone() == (setting,)
     assert len(found) == 1
+
+
+def test_only_readable_passages_compete_for_the_passages_ranked_by_cover_density(
+    world, monkeypatch
+):
+    monkeypatch.setattr(search, "RANKED_PASSAGES", 2)
+    everyone = [principal("org", world.acme.pk)]
+    for number in range(4):  # more often the words, and nobody may read them
+        add_document(world.handbook, f"hidden-{number}.md", f"{EXPENSES} {EXPENSES}", [])
+    add_document(world.handbook, "expenses.md", EXPENSES, everyone)
+    add_document(world.handbook, "receipts.md", "Keep the receipts of travel.", everyone)
+    chunks = search.readable_chunks(search.principals_for(world.legal_colleague), world.acme.pk)
+    with transaction.atomic():
+        found = best_chunks_by_words(chunks, search.words_of(EXPENSES), 10)
+    documents = KnowledgeChunk.objects.filter(pk__in=[chunk for _, chunk in found])
+    assert sorted(documents.values_list("document__title", flat=True)) == ["expenses", "receipts"]
