@@ -26,19 +26,36 @@ END $$;
 """
 
 
+# Written by migrate and never by a test: kept, so that the flush's post_migrate signal
+# finds them and has nothing to recreate (and other processes' caches of their ids hold).
+KEPT_TABLES = {"django_content_type", "auth_permission"}
+
+
 def sql_flush_without_deadlocks(self, style, tables, *, reset_sequences=False, allow_cascade=False):
-    """Django's TRUNCATE, after taking every table's lock in one step.
+    """Every table emptied with DELETE, after taking every table's lock in one step.
 
     TRUNCATE locks its tables one after the other and waits, holding the earlier ones,
     for any it cannot have. The processes the tests start (web, worker, both proxies)
     query the test database at any moment, a join locking its tables in another order;
     when such a query waits for a table TRUNCATE holds while TRUNCATE waits for one of
     its, PostgreSQL ends one of them, and if that is the flush, the next test starts
-    on the last one's rows ("couldn't be flushed", then an IntegrityError)."""
-    statements = _truncate_sql_flush(
-        self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
-    )
-    if not tables:
-        return statements
-    names = ", ".join(self.quote_name(table) for table in tables)
+    on the last one's rows ("couldn't be flushed", then an IntegrityError).
+
+    DELETE rather than TRUNCATE: a test leaves a few rows, and TRUNCATE makes new files
+    for every table and index (0.6 s for Quor's tables here, against a few milliseconds).
+    Django's foreign keys are deferred, so the order of the tables does not matter."""
+    if reset_sequences:  # what TRUNCATE does (RESTART IDENTITY); teardown does not ask it
+        emptied = tables
+        statements = _truncate_sql_flush(
+            self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+        )
+    else:
+        emptied = [table for table in tables if table not in KEPT_TABLES]
+        statements = [
+            "SET CONSTRAINTS ALL DEFERRED",
+            *(f"DELETE FROM {self.quote_name(table)}" for table in emptied),  # noqa: S608 (quoted names)
+        ]
+    if not emptied:
+        return []
+    names = ", ".join(self.quote_name(table) for table in emptied)
     return [LOCK_EVERY_TABLE.format(tables=names), *statements]
