@@ -24,10 +24,12 @@
        and the exact fallback when the index scan returns too few) and with the HNSW
        index forced, against exact search (no index: every readable passage compared),
        over the fixture's queries: strict, and in brackets counting a passage no farther
-       than exact search's tenth as found (ann-benchmarks' measure: ties are no misses);
+       than exact search's tenth plus 0.001 as found (ann-benchmarks' measure: ties are no misses);
      - latency p50/p95 of search_for_user end to end (query embedding included);
    and the HNSW build time and the sizes of the table and its indexes; then the query
    embedding alone.
+   With `--text manuals --embeddings real` every passage is a manual page's with its own
+   embedding (cached by `--embed-manuals`), and the queries are words of manual passages.
 3. Timing: a query matching only passages the reader may not read against one matching
    nothing, interleaved (whether the time of an answer tells that hidden matches exist).
 
@@ -292,13 +294,13 @@ def embed_manual_passages(count: int, processes: int) -> None:
     from knowledge import embeddings
 
     EMBEDDINGS_CACHE.mkdir(parents=True, exist_ok=True)
-    passages = manual_passages(count)
+    passages = manual_passages(_whole_blocks(count))
     blocks = [
         (path, passages[start : start + EMBEDDING_BLOCK])
-        for start in range(0, count, EMBEDDING_BLOCK)
+        for start in range(0, len(passages), EMBEDDING_BLOCK)
         if not (path := _block_path(start, passages, embeddings.MODEL_NAME)).exists()
     ]
-    print(f"{count} manual passages: {len(blocks)} blocks of {EMBEDDING_BLOCK} to embed")
+    print(f"{len(passages)} manual passages: {len(blocks)} blocks of {EMBEDDING_BLOCK} to embed")
     started = time.perf_counter()
     with ProcessPoolExecutor(processes) as pool:
         done = pool.map(_embed_block, [texts for _, texts in blocks])
@@ -312,6 +314,10 @@ def embed_manual_passages(count: int, processes: int) -> None:
             print(f"  block {number}/{len(blocks)}: {rate:.1f} passages/s", flush=True)
 
 
+def _whole_blocks(count: int) -> int:
+    return -(-count // EMBEDDING_BLOCK) * EMBEDDING_BLOCK
+
+
 def _block_path(start: int, passages: list[str], model: str) -> Path:
     texts = "\0".join(passages[start : start + EMBEDDING_BLOCK]).encode()
     return EMBEDDINGS_CACHE / f"{model}-{start:07d}-{hashlib.sha256(texts).hexdigest()[:16]}.npy"
@@ -323,7 +329,7 @@ def manual_embeddings(count: int):
 
     from knowledge import embeddings
 
-    passages = manual_passages(count)
+    passages = manual_passages(_whole_blocks(count))
     vectors = []
     for start in range(0, count, EMBEDDING_BLOCK):
         path = _block_path(start, passages, embeddings.MODEL_NAME)
@@ -336,15 +342,23 @@ def manual_embeddings(count: int):
     return numpy.concatenate(vectors)
 
 
+def manual_queries(size: int, count: int) -> list[str]:
+    """Queries for real embeddings: words 10 to 21 of `count` manual passages spread over
+    the first `size` (the fixture's queries are about other things)."""
+    passages = manual_passages(size)
+    step = max(1, size // count)
+    return [" ".join(passages[i].split()[10:22]) for i in range(0, size, step)][:count]
+
+
 def grow_synthetic_passages(
-    organization, size: int, rng, text: str, rebuild: bool, real_embeddings: bool
+    organization, size: int, text: str, rebuild: bool, real_embeddings: bool
 ) -> float:
     """Adds synthetic passages until the organization has `size`; returns the seconds the
     HNSW index took to build over the whole table (dropped for the load, or with
     `rebuild` for a new build alone: HNSW graphs differ from build to build). Their text
     is a fixture passage's (`copies`), or with `manuals` a manual page's for all but
-    COPIED_SHARE of them. With `real_embeddings` a manual passage has its own embedding
-    (embed_manual_passages) and a copy its fixture passage's, unchanged."""
+    COPIED_SHARE of them. With `real_embeddings` every passage is a manual page's with its
+    own embedding (embed_manual_passages): no copies, whose identical vectors would tie."""
     import numpy
     from django.contrib.auth.models import Group
     from django.db import connection
@@ -367,6 +381,9 @@ def grow_synthetic_passages(
     have = KnowledgeChunk.objects.filter(organization=organization).count()
     if have >= size and not rebuild:
         return 0.0
+    if have > size:
+        raise SystemExit(f"the table holds {have} synthetic passages, more than {size}")
+    rng = numpy.random.default_rng([18, have])  # passages added later draw their own
     # The model's definition of the index: a run cut short here left the table without it.
     (nearest,) = [index for index in KnowledgeChunk._meta.indexes if index.name.endswith("nearest")]
     with connection.schema_editor() as editor:
@@ -390,7 +407,7 @@ def grow_synthetic_passages(
         for position in range(count):
             passage, vector_text, embedding = originals[rng.integers(len(originals))]
             moved = numpy.asarray(embedding)
-            if texts and rng.random() >= COPIED_SHARE:
+            if texts and (own_vectors or rng.random() >= COPIED_SHARE):
                 passage, vector_text = texts[position], None
                 if own_vectors:
                     moved = own_vectors[position]
@@ -507,7 +524,6 @@ def vector_plan(user, query_vector) -> str:
 def scale(
     sizes: list[int], rounds: int, text: str, keep_passages: bool, real_embeddings: bool
 ) -> None:
-    import numpy
     from django.db import connection, reset_queries
 
     from knowledge import embeddings, search
@@ -523,12 +539,11 @@ def scale(
     }
     queries = [query["query"] for query in json.loads((FIXTURE / "queries.json").read_text())]
     embedder = embeddings.get_embedder()
-    vectors = [embedder.embed_query(query) for query in queries]
-    rng = numpy.random.default_rng(18)
     for size in sizes:
-        build = grow_synthetic_passages(
-            organization, size, rng, text, keep_passages, real_embeddings
-        )
+        if real_embeddings:
+            queries = manual_queries(size, len(queries))
+        vectors = [embedder.embed_query(query) for query in queries]
+        build = grow_synthetic_passages(organization, size, text, keep_passages, real_embeddings)
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT relname, pg_relation_size(oid) FROM pg_class WHERE relname IN "
@@ -628,6 +643,13 @@ def timing_of_hidden_matches(rounds: int) -> None:
         )
 
 
+def positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
+    return number
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="10000,100000")
@@ -648,15 +670,17 @@ def main():
     )
     parser.add_argument(
         "--embed-manuals",
-        type=int,
+        type=positive,
         metavar="COUNT",
         help="embed the first COUNT manual passages into the cache, then stop",
     )
-    parser.add_argument("--processes", type=int, default=1, help="for --embed-manuals")
+    parser.add_argument("--processes", type=positive, default=1, help="for --embed-manuals")
     arguments = parser.parse_args()
     if arguments.embeddings == "real" and arguments.text != "manuals":
         parser.error("--embeddings real needs --text manuals")
-    if arguments.embed_manuals:
+    if arguments.keep_passages and "," in arguments.sizes:
+        parser.error("--keep-passages measures one size")
+    if arguments.embed_manuals is not None:
         embed_manual_passages(arguments.embed_manuals, arguments.processes)
         return
     setup()

@@ -57,15 +57,15 @@ def test_emptying_the_database_waits_for_a_reader_instead_of_deadlocking_with_it
 
 
 def wait_until_the_flush_waits_for_a_lock(watcher, reader, timeout=30):
-    """The flush has reached the table the reader holds: TRUNCATE waiting for its lock,
-    or the lock-everything loop sleeping between tries."""
+    """The flush has reached the table the reader holds: the lock-everything loop
+    sleeping between tries (or waiting for a lock, were it to lock table by table)."""
     reader_pid = reader.info.backend_pid
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         waiting = watcher.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE pid <> %s AND pid <> pg_backend_pid() "
             "AND datname = current_database() "
-            "AND (query LIKE '%%DELETE%%' OR query LIKE '%%LOCK TABLE%%') "
+            "AND query LIKE '%%LOCK TABLE%%' "
             "AND (wait_event_type = 'Lock' OR wait_event = 'PgSleep')",
             [reader_pid],
         ).fetchone()[0]
