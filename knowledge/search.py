@@ -31,10 +31,10 @@ MAX_QUERY_CHARS = 1000
 MAX_LIMIT = 50
 MAX_SOURCE_FILTERS = 100
 CANDIDATES = 50  # documents each ranking offers to the fusion
-RANKED_PASSAGES = 1000  # passages the words ranking ranks by cover density
+RANKED_PASSAGES = 500  # passages the words ranking ranks by cover density
 RRF_K = 60  # the constant of reciprocal rank fusion (Cormack et al.)
 CHUNKS_PER_DOCUMENT = 4  # chunks the vector ranking reads per document it offers
-EF_SEARCH = 200  # HNSW candidate list: at least the chunks read
+EF_SEARCH = 200  # HNSW candidate list, and the fewest chunks the index scan reads
 MAX_SCAN_TUPLES = 50_000  # how far an iterative scan goes for a caller who reads little
 # Cosine distance 0.7 (similarity 0.3) with all-MiniLM-L6-v2: paraphrases score about
 # 0.5 and more, unrelated sentences under 0.2 (bench/knowledge.py's fixture).
@@ -43,6 +43,7 @@ _TERMS = re.compile(r'-?"[^"]*"?|\S+')  # websearch_to_tsquery's terms: "phrases
 _LEXEME = re.compile(r"[\w.\-/]+")  # what to_tsvector makes of words, safe to quote
 MAX_QUERY_WORDS = 12  # of a long query, the first (66 pairs)
 COMMON_WORD_SHARE = 0.02  # a word in more passages than this ranks but does not select
+COMMON_PAIRS_BUDGET = 2500  # when every word is common: passages their pairs may select
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,15 @@ def search_for_user(user, query, *, source_ids=None, content_types=None, limit=1
     )
     with transaction.atomic():
         by_words = best_chunks_by_words(chunks, words, CANDIDATES)
-        by_meaning = best_chunks_by_meaning(chunks, query_vector, embedder.name, CANDIDATES)
+        # The statistics know the access lists, not what a filter or a -word leaves.
+        narrowed = source_ids is not None or content_types is not None or _left_out(query)
+        by_meaning = best_chunks_by_meaning(
+            chunks,
+            query_vector,
+            embedder.name,
+            CANDIDATES,
+            0.0 if narrowed else readable_share(principals),
+        )
         best_chunk = dict(fuse_rankings(by_words, by_meaning)[:limit])
         readable = KnowledgeDocument.objects.filter(
             pk__in=best_chunk,
@@ -244,15 +253,18 @@ def _planner_setting(name: str, value: str):
         cursor.execute("SELECT set_config(%s, %s, true)", [name, previous])
 
 
-def best_chunks_by_meaning(chunks, query_vector, model_name, count) -> list[tuple[int, int]]:
+def best_chunks_by_meaning(
+    chunks, query_vector, model_name, count, readable_share=0.0
+) -> list[tuple[int, int]]:
     """(document id, its nearest chunk id) of the `count` documents with the passages
     nearest the query's embedding, nearest first.
 
     Passages farther than MAX_DISTANCE are not offered: nearest is not always near, and
     a search for something nobody wrote about should find nothing. The HNSW index scan
-    goes on past chunks the filters drop (pgvector's iterative scan) until it has
-    CHUNKS_PER_DOCUMENT times count of them, so a caller who may read few chunks still
-    gets their nearest ones; relaxed order is sorted here."""
+    goes on past chunks the filters drop (pgvector's iterative scan) until it has read
+    CHUNKS_PER_DOCUMENT times count of them, or more for a caller who may read a large
+    `readable_share` of all passages (rows_to_read), so a caller who may read few chunks
+    still gets their nearest ones; relaxed order is sorted here."""
     wanted = CHUNKS_PER_DOCUMENT * count
     by_distance = chunks.filter(embedding_model=model_name).annotate(
         distance=CosineDistance("embedding", query_vector)
@@ -262,9 +274,9 @@ def best_chunks_by_meaning(chunks, query_vector, model_name, count) -> list[tupl
         cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         cursor.execute(f"SET LOCAL hnsw.ef_search = {EF_SEARCH:d}")
         cursor.execute(f"SET LOCAL hnsw.max_scan_tuples = {MAX_SCAN_TUPLES:d}")
-    # In relaxed order the scan's first rows are near, not the nearest: it reads a whole
-    # candidate list and the nearest of those are kept.
-    fetched = max(wanted, EF_SEARCH)
+    # In relaxed order the scan's first rows are near, not the nearest: it reads at least
+    # a whole candidate list and the nearest of those are kept.
+    fetched = max(wanted, rows_to_read(readable_share))
     nearest = list(by_distance.order_by("distance").values_list(*fields)[:fetched])
     if len(nearest) < fetched:
         # The caller reads fewer passages than that, or the index scan gave up after
@@ -281,6 +293,35 @@ def best_chunks_by_meaning(chunks, query_vector, model_name, count) -> list[tupl
     return list(ranking.items())[:count]
 
 
+def rows_to_read(readable_share: float) -> int:
+    """How many rows the vector ranking reads from the index scan, for a caller who may
+    read `readable_share` of all passages. Recall grows with the rows read, not with a
+    longer candidate list (docs/performance.md), and the time with the index entries the
+    scan passes, about rows / share: a caller who may read most passages, whose scan
+    passes few hidden ones, reads up to four times as many rows as one who reads little.
+    In three steps only: the share counts every organization's passages, and the time a
+    search takes should say little about them."""
+    steps = [(0.8, 4 * EF_SEARCH), (0.4, 2 * EF_SEARCH)]
+    return next((rows for share, rows in steps if readable_share >= share), EF_SEARCH)
+
+
+def readable_share(principals: list[str]) -> float:
+    """An estimate of the share of all passages whose access lists name one of
+    `principals`, at most 1: the sum of their shares in PostgreSQL's statistics of the
+    column (none for a principal it did not list)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(share), 0) FROM pg_stats, unnest("
+            "  most_common_elems::text::text[], most_common_elem_freqs) AS c(element, share)"
+            " WHERE schemaname = current_schema() AND tablename = 'knowledge_knowledgechunk'"
+            "   AND attname = 'access'"
+            "   AND element = ANY(%s)",
+            [principals],
+        )
+        (share,) = cursor.fetchone()
+    return min(1.0, share)
+
+
 def _kept_words(query: str) -> str:
     """The query's words and phrases without the ones it leaves out, unquoted: what its
     embedding should mean (`-euros` would pull the meaning towards euros)."""
@@ -288,40 +329,37 @@ def _kept_words(query: str) -> str:
 
 
 def words_of(query: str) -> QueryWords:
-    """What the words ranking matches: passages with at least two of the query's words
-    that are not common (any one, if only one is not), and every "phrase" it quotes.
-
-    All of the words (websearch's AND) drops every passage that misses one word of a
-    question typed in full; any one of them matches most of a large table on a common
-    word and ranks all of it. Common words (in more than COMMON_WORD_SHARE of the
-    passages, by PostgreSQL's own statistics of the column) still rank, not select. The
-    words are PostgreSQL's lexemes of the query (stemmed, without stop words)."""
+    """What the words ranking matches (selecting_tsquery) and ranks: PostgreSQL's lexemes
+    of the query (stemmed, without stop words), with each lexeme's share of the passages
+    from PostgreSQL's own statistics of the column, and every "phrase" it quotes."""
     kept = [term for term in _TERMS.findall(query) if not term.startswith("-")]
     phrases = [term.strip('"') for term in kept if term.startswith('"') and term.strip('"')]
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT coalesce(array_agg(lexeme ORDER BY min_position), '{}'),"
-            "       coalesce(array_agg(lexeme) FILTER (WHERE share > %s), '{}') FROM ("
+            "       coalesce(array_agg(coalesce(share, 0) ORDER BY min_position), '{}'),"
+            "       (SELECT greatest(reltuples, 0) FROM pg_class"
+            "        WHERE oid = 'knowledge_knowledgechunk'::regclass) FROM ("
             "  SELECT word.lexeme, min(position) AS min_position, max(common.share) AS share"
             "  FROM unnest(to_tsvector(%s::regconfig, %s)) AS word"
             "  CROSS JOIN LATERAL unnest(word.positions) AS position"
             "  LEFT JOIN ("
             "    SELECT element, share FROM pg_stats, unnest("
             "      most_common_elems::text::text[], most_common_elem_freqs) AS c(element, share)"
-            "    WHERE tablename = 'knowledge_knowledgechunk' AND attname = 'search_vector'"
+            "    WHERE schemaname = current_schema()"
+            "      AND tablename = 'knowledge_knowledgechunk' AND attname = 'search_vector'"
             "  ) AS common ON common.element = word.lexeme"
             "  GROUP BY word.lexeme) AS words",
-            [COMMON_WORD_SHARE, SEARCH_CONFIG, " ".join(term.strip('"') for term in kept)],
+            [SEARCH_CONFIG, " ".join(term.strip('"') for term in kept)],
         )
-        lexemes, common = cursor.fetchone()
-    words = [lexeme for lexeme in lexemes if _LEXEME.fullmatch(lexeme)][:MAX_QUERY_WORDS]
-    selective = [word for word in words if word not in common] or words
-    quoted = [f"'{word}'" for word in selective]
-    if len(quoted) <= 2:
-        any_two = " | ".join(quoted)
-    else:
-        any_two = " | ".join(f"({a} & {b})" for a, b in itertools.combinations(quoted, 2))
-    match = LexemeQuery(any_two)
+        lexemes, shares, passages = cursor.fetchone()
+    share_of = {
+        lexeme: share
+        for lexeme, share in zip(lexemes, shares, strict=True)
+        if _LEXEME.fullmatch(lexeme)
+    }
+    words = list(share_of)[:MAX_QUERY_WORDS]
+    match = LexemeQuery(selecting_tsquery(words, share_of, passages))
     for phrase in phrases:
         match &= SearchQuery(phrase, search_type="phrase", config=SEARCH_CONFIG)
     # ts_headline looks for covers of its query: with the pairs it can need gigabytes.
@@ -329,10 +367,50 @@ def words_of(query: str) -> QueryWords:
     return QueryWords(match, highlight)
 
 
+def selecting_tsquery(words: list[str], share_of: dict[str, float], passages: float) -> str:
+    """The tsquery of the passages the words ranking ranks: those with at least two of
+    the query's words that are not common (any one, if only one or two are not).
+
+    All of the words (websearch's AND) drops every passage that misses one word of a
+    question typed in full; any one of them matches most of a large table on a common
+    word, and ranking costs by the passage. So common words (in more than
+    COMMON_WORD_SHARE of the passages) rank but do not select. When every word is
+    common, pairs of the least common select, as many words as keep the passages
+    expected to hold a pair (independent words) within COMMON_PAIRS_BUDGET."""
+    quoted = {word: f"'{word}'" for word in words}
+    selecting = [word for word in words if share_of[word] <= COMMON_WORD_SHARE]
+    if 0 < len(selecting) <= 2:
+        return " | ".join(quoted[word] for word in selecting)
+    if not selecting:
+        by_share = sorted(words, key=share_of.__getitem__)
+        selecting = by_share[:2]
+        for word in by_share[2:]:
+            if _passages_with_a_pair([*selecting, word], share_of, passages) > COMMON_PAIRS_BUDGET:
+                break
+            selecting.append(word)
+        selecting.sort(key=words.index)
+    if len(selecting) == 1:
+        return quoted[selecting[0]]
+    return " | ".join(
+        f"({quoted[a]} & {quoted[b]})" for a, b in itertools.combinations(selecting, 2)
+    )
+
+
+def _passages_with_a_pair(words, share_of, passages) -> float:
+    """Expected passages holding a pair of `words`, as if independent: the sum over the
+    pairs, so a passage with three of them counts thrice (an upper bound of the sum)."""
+    return passages * sum(share_of[a] * share_of[b] for a, b in itertools.combinations(words, 2))
+
+
+def _left_out(query: str) -> list[str]:
+    """The words and phrases the query leaves out (`-word`, `-"a phrase"`)."""
+    return [term[1:] for term in _TERMS.findall(query) if term.startswith("-") and term != "-"]
+
+
 def _without_left_out_words(chunks, query: str):
-    """The chunks without the words the query leaves out (`-word`, `-"a phrase"`), for
-    both rankings (an embedding knows no negation)."""
-    left_out = [term[1:] for term in _TERMS.findall(query) if term.startswith("-") and term != "-"]
+    """The chunks without the words the query leaves out, for both rankings (an
+    embedding knows no negation)."""
+    left_out = _left_out(query)
     if not left_out:
         return chunks
     return chunks.exclude(

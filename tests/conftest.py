@@ -66,12 +66,14 @@ def client_for():
 def flush_without_deadlocks():
     """Transactional tests empty the database without deadlocking with the processes
     that use it (tests/database.py)."""
+    from django.core.management.commands import flush
     from django.db.backends.postgresql.operations import DatabaseOperations
 
-    from tests.database import sql_flush_without_deadlocks
+    from tests.database import emit_post_migrate_signal_unless_kept, sql_flush_without_deadlocks
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(DatabaseOperations, "sql_flush", sql_flush_without_deadlocks)
+        patch.setattr(flush, "emit_post_migrate_signal", emit_post_migrate_signal_unless_kept)
         yield
 
 

@@ -1,8 +1,11 @@
 """How transactional tests empty the test database while Quor's own processes use it."""
 
+from django.core.management.commands import flush
+from django.db import connections
 from django.db.backends.postgresql.operations import DatabaseOperations
 
 _truncate_sql_flush = DatabaseOperations.sql_flush
+_emit_post_migrate_signal = flush.emit_post_migrate_signal
 
 # Takes every table's lock at once or none: a NOWAIT that fails rolls its subtransaction
 # back (releasing what it had taken), waits a moment and tries again.
@@ -62,3 +65,17 @@ def sql_flush_without_deadlocks(self, style, tables, *, reset_sequences=False, a
         return []
     names = ", ".join(self.quote_name(table) for table in emptied)
     return [LOCK_EVERY_TABLE.format(tables=names), *statements]
+
+
+def emit_post_migrate_signal_unless_kept(verbosity, interactive, database, **kwargs):
+    """post_migrate after a flush, unless the flush kept what it writes: its receivers
+    (content types and permissions) would read every model's rows to create nothing,
+    about 0.1 s of every transactional test's teardown."""
+    with connections[database].cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT FROM django_content_type)"
+            " AND EXISTS (SELECT FROM auth_permission)"
+        )
+        (kept,) = cursor.fetchone()
+    if not kept:
+        _emit_post_migrate_signal(verbosity, interactive, database, **kwargs)

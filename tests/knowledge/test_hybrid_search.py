@@ -194,3 +194,106 @@ def test_only_readable_passages_compete_for_the_passages_ranked_by_cover_density
         found = best_chunks_by_words(chunks, search.words_of(EXPENSES), 10)
     documents = KnowledgeChunk.objects.filter(pk__in=[chunk for _, chunk in found])
     assert sorted(documents.values_list("document__title", flat=True)) == ["expenses", "receipts"]
+
+
+def analyze_passages():
+    """PostgreSQL's statistics of the passages as they are in this test's transaction
+    (they roll back with it; the row estimate in pg_class does not, a planner input)."""
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE knowledge_knowledgechunk")
+
+
+def test_of_common_words_only_pairs_of_the_least_common_select_within_the_budget(monkeypatch):
+    monkeypatch.setattr(search, "COMMON_PAIRS_BUDGET", 5000)
+    words = ["need", "payment", "code", "review"]
+    share_of = {"need": 0.27, "payment": 0.079, "code": 0.13, "review": 0.166}
+    # payment & code: 1 027 passages expected; with review 4 496; with need 14 621.
+    assert search.selecting_tsquery(words, share_of, 100_000) == (
+        "('payment' & 'code') | ('payment' & 'review') | ('code' & 'review')"
+    )
+    assert search.selecting_tsquery(words, share_of, 1_000).count("&") == 6
+    assert search.selecting_tsquery(["need", "code"], share_of, 10**9) == "('need' & 'code')"
+    assert search.selecting_tsquery(["need"], share_of, 10**9) == "'need'"
+
+
+def test_words_that_are_not_common_select_and_common_ones_only_rank():
+    share_of = {"ledger": 0.001, "invoice": 0.002, "audit": 0.003, "the": 0.5}
+    assert search.selecting_tsquery(["ledger", "the"], share_of, 10**6) == "'ledger'"
+    assert search.selecting_tsquery(["ledger", "the", "audit"], share_of, 10**6) == (
+        "'ledger' | 'audit'"
+    )
+    assert search.selecting_tsquery(["ledger", "invoice", "audit", "the"], share_of, 10**6) == (
+        "('ledger' & 'invoice') | ('ledger' & 'audit') | ('invoice' & 'audit')"
+    )
+
+
+def test_the_words_shares_come_from_the_statistics_of_the_passages(world, monkeypatch):
+    everyone = [principal("org", world.acme.pk)]
+    texts = ["ledger invoice", "invoice audit", "ledger", "ledger", "ledger", "audit"]
+    for number, text in enumerate(texts):
+        add_document(world.handbook, f"note-{number}.md", f"{text}.", everyone)
+    found = {}
+    for budget in (5000, 1):  # three pairs of the words; only the two least common
+        monkeypatch.setattr(search, "COMMON_PAIRS_BUDGET", budget)
+        with transaction.atomic():
+            analyze_passages()
+            ranked = best_chunks_by_words(
+                KnowledgeChunk.objects.all(), search.words_of("ledger invoice audit"), 10
+            )
+        documents = KnowledgeChunk.objects.filter(pk__in=[chunk for _, chunk in ranked])
+        found[budget] = sorted(documents.values_list("document__title", flat=True))
+    assert found == {5000: ["note 0", "note 1"], 1: ["note 1"]}
+
+
+def test_a_callers_share_of_the_passages_comes_from_the_statistics_of_their_access_lists(world):
+    legal, everyone = principal("group", world.legal.pk), principal("org", world.acme.pk)
+    for number in range(10):
+        add_document(world.handbook, f"note-{number}.md", f"Note {number}.", [everyone])
+    callers = {"legal": [legal], "everyone": [legal, everyone]}
+    with transaction.atomic():
+        analyze_passages()
+        shares = {
+            caller: search.readable_share(principals) for caller, principals in callers.items()
+        }
+    passages = KnowledgeChunk.objects.count()
+    assert shares == {  # no passage here names two of a caller's principals
+        caller: pytest.approx(
+            KnowledgeChunk.objects.filter(access__overlap=principals).count() / passages
+        )
+        for caller, principals in callers.items()
+    }
+    assert shares["legal"] < 0.25 < shares["everyone"]
+    assert search.readable_share(["user:0"]) == 0.0
+
+
+def test_the_rows_read_grow_in_three_steps_with_the_share():
+    assert [search.rows_to_read(share) for share in (0.0, 0.39, 0.4, 0.79, 0.8, 1.0)] == [
+        search.EF_SEARCH,
+        search.EF_SEARCH,
+        2 * search.EF_SEARCH,
+        2 * search.EF_SEARCH,
+        4 * search.EF_SEARCH,
+        4 * search.EF_SEARCH,
+    ]
+
+
+def test_a_caller_who_may_read_most_passages_reads_more_rows_unless_a_filter_narrows_them(
+    world,
+):
+    everyone = [principal("org", world.acme.pk)]
+    for number in range(30):
+        add_document(world.handbook, f"note-{number}.md", f"Note {number}.", everyone)
+
+    def rows_read(**filters):
+        with CaptureQueriesContext(connection) as queries:
+            search_for_user(world.legal_colleague, "note", **filters)
+        index_scan = next(q["sql"] for q in queries.captured_queries if "<=>" in q["sql"])
+        return int(index_scan.rsplit("LIMIT", 1)[1])  # then an exact search: few passages
+
+    with transaction.atomic():
+        analyze_passages()
+        share = search.readable_share(search.principals_for(world.legal_colleague))
+        assert share >= 0.4
+        assert rows_read() == search.rows_to_read(share) > search.EF_SEARCH
+        assert rows_read(source_ids=[world.handbook.pk]) == search.EF_SEARCH
+        assert rows_read(content_types=["markdown"]) == search.EF_SEARCH

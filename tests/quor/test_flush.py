@@ -5,11 +5,14 @@ import time
 
 import psycopg
 import pytest
+from django.contrib.auth.models import Permission
+from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
 from django.db import connection, connections
+from django.db.models.signals import post_migrate
 from psycopg import sql
 
-from tests.database import KEPT_TABLES
+from tests.database import KEPT_TABLES, emit_post_migrate_signal_unless_kept
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -73,3 +76,32 @@ def wait_until_the_flush_waits_for_a_lock(watcher, reader, timeout=30):
             return
         time.sleep(0.02)
     raise AssertionError("the flush never waited for the reader's table")
+
+
+def test_a_flush_that_keeps_the_content_types_sends_no_post_migrate():
+    sent = []
+
+    def record(**kwargs):
+        sent.append(kwargs["using"])
+
+    post_migrate.connect(record, dispatch_uid="test-flush-record")
+    try:
+        call_command("flush", interactive=False, verbosity=0, reset_sequences=False)
+    finally:
+        post_migrate.disconnect(dispatch_uid="test-flush-record")
+    assert sent == []
+    assert ContentType.objects.filter(app_label="knowledge").exists()
+
+
+@pytest.mark.django_db(transaction=False)
+def test_post_migrate_is_sent_after_a_flush_that_emptied_the_content_types():
+    with connection.cursor() as cursor:  # rolled back with the test
+        cursor.execute("DELETE FROM auth_permission")
+        cursor.execute("DELETE FROM django_content_type")
+    ContentType.objects.clear_cache()
+    try:
+        emit_post_migrate_signal_unless_kept(0, False, "default")
+        assert ContentType.objects.filter(app_label="knowledge").exists()
+        assert Permission.objects.filter(codename="view_knowledgedocument").exists()
+    finally:
+        ContentType.objects.clear_cache()  # of ids that roll back with the test
