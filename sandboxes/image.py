@@ -79,15 +79,26 @@ def agent_state_argv(session_id: str, session_dir: str) -> list[str]:
 # sandbox container's command (under tini) on Kubernetes.
 KEEP_ALIVE = ["sleep", "infinity"]
 
-# Every process of the sandbox user but the runtime's keep-alive (the oldest `sleep
-# infinity`), PID 1 (tini on Kubernetes; the kernel ignores kills of it anyway) and this
-# command's: a snapshot is then the workspace at one instant, as after a power cut (which
-# programs like SQLite recover from), never files read while they are being changed.
+# Quor's exec channel in the sandbox (deploy/sandbox/runtime/quor_execd.py), started by
+# the entrypoint beside the keep-alive: where it listens, and its command line.
+EXEC_CHANNEL_PORT = 47100
+EXEC_CHANNEL = ["python3", "/opt/quor/quor_execd.py"]
+
+
+def _oldest(argv: list[str]) -> str:
+    return '$(pgrep -o -u "$(id -u)" -x -f "' + " ".join(argv) + '")'
+
+
+# Every process of the sandbox user but the runtime's keep-alive and exec channel (the
+# oldest of each: a copy the agent started is younger), PID 1 (tini on Kubernetes; the
+# kernel ignores kills of it anyway), this command and its parent (`timeout`): a
+# snapshot is then the workspace at one instant, as after a power cut (which programs
+# like SQLite recover from), never files read while they are being changed.
 _STOP_PROCESSES = (
-    'keep=$(pgrep -o -u "$(id -u)" -x -f "' + " ".join(KEEP_ALIVE) + '"); '
+    f"keep={_oldest(KEEP_ALIVE)}; channel={_oldest(EXEC_CHANNEL)}; "
     'for p in $(pgrep -u "$(id -u)"); do '
-    '[ "$p" -ne "${keep:-0}" ] && [ "$p" -ne 1 ] && [ "$p" -ne $$ ] && [ "$p" -ne "$PPID" ] '
-    '&& kill -KILL "$p"; '
+    '[ "$p" -ne "${keep:-0}" ] && [ "$p" -ne "${channel:-0}" ] && [ "$p" -ne 1 ] '
+    '&& [ "$p" -ne $$ ] && [ "$p" -ne "$PPID" ] && kill -KILL "$p"; '
     "done 2>/dev/null; exit 0"
 )
 

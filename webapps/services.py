@@ -76,6 +76,11 @@ def webapp_register(*, session: Session, port, command) -> WebApp:
 
     if not isinstance(port, int) or isinstance(port, bool) or not 1024 <= port <= 65535:
         raise InvalidInput("port must be a number from 1024 to 65535.", code="webapps.invalid_port")
+    if port == image.EXEC_CHANNEL_PORT:
+        raise InvalidInput(
+            f"port {port} is Quor's own in the sandbox; serve the app on another port.",
+            code="webapps.reserved_port",
+        )
     if not isinstance(command, str) or not command.strip() or len(command) > MAX_COMMAND_CHARS:
         raise InvalidInput(
             f"command must be 1 to {MAX_COMMAND_CHARS} characters.", code="webapps.invalid_command"

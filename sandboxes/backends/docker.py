@@ -12,22 +12,22 @@ every backend (execution.py, transfer.py).
 """
 
 import contextlib
+import functools
 import ipaddress
 import socket
-import struct
 import time
 from collections.abc import Iterable, Iterator
 
 import docker
+import requests
 from django.conf import settings
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import Mount
 
-from sandboxes.backends import transfer
+from sandboxes.backends import channel, transfer
 from sandboxes.backends.base import (
     BackendError,
     BackendUnavailable,
-    ExecResult,
     RuntimeInstance,
     RuntimeMissing,
     RuntimeStatus,
@@ -35,7 +35,14 @@ from sandboxes.backends.base import (
     SandboxSpec,
     validate_spec,
 )
-from sandboxes.backends.execution import Execution, Start, run_bounded, stream_stdout
+from sandboxes.backends.execution import (
+    Execution,
+    Start,
+    read_frames,
+    run_bounded,
+    send_then_shut,
+    stream_stdout,
+)
 from sandboxes.image import KEEP_ALIVE, SANDBOX_UID, WORKSPACE
 
 LABEL_SANDBOX = "org.quor.sandbox-id"
@@ -62,6 +69,32 @@ def sandbox_network_gateway() -> str:
     return str(next(ipaddress.ip_network(settings.QUOR_SANDBOX_SUBNET).hosts()))
 
 
+@functools.cache
+def _api_version() -> str:
+    """The Engine API version, asked once per process: the client otherwise asks at every
+    construction, and a backend is made for every operation."""
+    try:
+        return docker.from_env().version()["ApiVersion"]
+    except (DockerException, requests.exceptions.ConnectionError) as exc:
+        raise _unreachable(exc) from exc
+
+
+class _EngineClient(docker.APIClient):
+    """Docker's API client, whose lost connections to the Engine are BackendUnavailable
+    wherever they happen (docker-py lets them through as requests' own errors)."""
+
+    def send(self, request, **kwargs):
+        try:
+            return super().send(request, **kwargs)
+        except requests.exceptions.ConnectionError as exc:
+            raise _unreachable(exc) from exc
+
+
+def _has_channel(attrs: dict) -> bool:
+    """Whether the container was given an exec channel's token."""
+    return any(item.startswith("QUOR_EXEC_TOKEN=") for item in attrs["Config"]["Env"] or ())
+
+
 def _unreachable(exc: Exception) -> BackendUnavailable:
     return BackendUnavailable(f"Docker Engine is not reachable: {exc}")
 
@@ -71,7 +104,10 @@ class DockerBackend(SandboxBackend):
 
     def __init__(self, timeout: float = 60):
         try:
-            self.client = docker.from_env(timeout=timeout)
+            self.client = docker.from_env(timeout=timeout, version=_api_version())
+            self.client.api = _EngineClient(
+                **docker.utils.kwargs_from_env(), timeout=timeout, version=_api_version()
+            )
         except DockerException as exc:
             raise _unreachable(exc) from exc
         self.api = self.client.api
@@ -166,6 +202,7 @@ class DockerBackend(SandboxBackend):
             "QUOR_PROXY_HOST": gateway,
             "QUOR_PROXY_PORT": str(settings.QUOR_EGRESS_PROXY_PORT),
             "QUOR_CONTROL_PLANE_ADDR": gateway,
+            "QUOR_EXEC_TOKEN": channel.channel_token(self.container_name(spec.sandbox_id)),
             "HOME": "/home/sandbox",
         }
         return {
@@ -234,23 +271,39 @@ class DockerBackend(SandboxBackend):
             container.reload()
         except (APIError, DockerException) as exc:
             raise BackendError(f"Docker refused: {exc}") from exc
-        return self._status_of(container)
+        status = self._status_of(container)
+        if _has_channel(container.attrs):
+            channel.remember(container.name, status.network_address)
+        return status
 
     def _wait_until_ready(self, container) -> None:
         """Returns once the entrypoint has verified the firewall; the container exits
-        without the marker if it could not."""
+        without the marker if it could not. The exec channel starts only after it."""
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             container.reload()
             if container.status in ("exited", "dead"):
                 logs = container.logs(tail=20).decode(errors="replace").strip()
                 raise BackendError(f"the sandbox did not start: {logs or container.status}")
-            if container.status == "running":
-                probe = self._exec_raw(container.id, ["test", "-f", READY_MARKER], timeout_s=5)
-                if probe.exit_code == 0:
-                    return
-            time.sleep(0.05)
+            if container.status == "running" and self._firewall_ready(container):
+                return
+            time.sleep(0.01)
         raise BackendError(f"the sandbox firewall was not ready after {READY_TIMEOUT_S} s")
+
+    def _firewall_ready(self, container) -> bool:
+        argv = ["test", "-f", READY_MARKER]
+        try:
+            if _has_channel(container.attrs):
+                address = self._status_of(container).network_address
+                probe = channel.run_over_channel(container.name, address, argv)
+            else:
+                probe = run_bounded(
+                    self._runtime_starter(container.id), argv, cwd="/", env={}, timeout_s=5,
+                    output_limit=4096,
+                )  # fmt: skip
+        except channel.ChannelUnavailable:  # not listening yet
+            return False
+        return probe.exit_code == 0
 
     def _status_of(self, container) -> RuntimeStatus:
         network = container.attrs["NetworkSettings"]["Networks"].get(self.network_name) or {}
@@ -326,8 +379,8 @@ class DockerBackend(SandboxBackend):
     # --- exec ------------------------------------------------------------------------
 
     def exec(self, sandbox_id, argv, *, cwd, env, timeout_s, output_limit, stdin=None):
-        return self._exec_raw(
-            self.container_name(sandbox_id),
+        return run_bounded(
+            self._starter(sandbox_id),
             argv,
             cwd=cwd,
             env=env,
@@ -336,29 +389,28 @@ class DockerBackend(SandboxBackend):
             stdin=stdin,
         )
 
-    def _exec_raw(
-        self,
-        container_id: str,
-        argv: list[str],
-        *,
-        cwd: str = WORKSPACE,
-        env: dict[str, str] | None = None,
-        timeout_s: float,
-        output_limit: int = 1 << 20,
-        stdin: Iterable[bytes] | None = None,
-    ) -> ExecResult:
-        return run_bounded(
-            self._starter(container_id),
-            argv,
-            cwd=cwd,
-            env=env or {},
-            timeout_s=timeout_s,
-            output_limit=output_limit,
-            stdin=stdin,
+    def _starter(self, sandbox_id: str) -> Start:
+        """Starts commands in the sandbox (execution.Start): over its exec channel, or
+        with `docker exec` when it has none."""
+        name = self.container_name(sandbox_id)
+        return channel.starter(
+            name, lambda: self._channel_address(name), self._runtime_starter(name)
         )
 
-    def _starter(self, container_id: str) -> Start:
-        """Starts commands in the container (execution.Start)."""
+    def _channel_address(self, name: str) -> str | None:
+        """None for a container that is not running or has no channel."""
+        try:
+            attrs = self.api.inspect_container(name)
+        except NotFound:
+            return None
+        except DockerException as exc:
+            raise _unreachable(exc) from exc
+        network = attrs["NetworkSettings"]["Networks"].get(self.network_name) or {}
+        address = network.get("IPAddress", "")
+        return address if attrs["State"]["Running"] and _has_channel(attrs) else None
+
+    def _runtime_starter(self, container_id: str) -> Start:
+        """Starts commands with `docker exec`."""
 
         def start(argv, *, cwd, env, stdin) -> Execution:
             exec_id, sock = self._start_exec(container_id, argv, cwd, env, stdin)
@@ -396,7 +448,7 @@ class DockerBackend(SandboxBackend):
         raise BackendError("the command's exit code never became available")
 
     def exec_stream(self, sandbox_id, argv, *, cwd) -> Iterator[bytes]:
-        yield from stream_stdout(self._starter(self.container_name(sandbox_id)), argv, cwd=cwd)
+        yield from stream_stdout(self._starter(sandbox_id), argv, cwd=cwd)
 
     # --- workspace streams (snapshots) -------------------------------------------------
 
@@ -415,7 +467,7 @@ class DockerBackend(SandboxBackend):
         (bench/snapshot.py)."""
         container = self._container(sandbox_id)
         address = self._status_of(container).network_address
-        yield from transfer.send_workspace(self._starter(container.id), address, excluded=excluded)
+        yield from transfer.send_workspace(self._starter(sandbox_id), address, excluded=excluded)
 
     def import_workspace(self, sandbox_id: str, tar_stream: Iterable[bytes]) -> None:
         """Unpacked by tar run as the sandbox user in the sandbox (modes kept, every file
@@ -423,7 +475,7 @@ class DockerBackend(SandboxBackend):
         a TCP connection from the host (transfer.py), not through the exec's stdin."""
         container = self._container(sandbox_id)
         address = self._status_of(container).network_address
-        transfer.receive_workspace(self._starter(container.id), address, tar_stream)
+        transfer.receive_workspace(self._starter(sandbox_id), address, tar_stream)
 
 
 class _DockerExecution:
@@ -434,40 +486,14 @@ class _DockerExecution:
         self.backend, self.exec_id, self.sock = backend, exec_id, sock
 
     def send_stdin(self, chunks: Iterable[bytes]) -> None:
-        for chunk in chunks:
-            self.sock.sendall(chunk)
-        self.sock.shutdown(socket.SHUT_WR)
+        send_then_shut(self.sock, chunks)
 
     def output(self, read_timeout: float) -> Iterator[tuple[int, bytes]]:
         self.sock.settimeout(read_timeout)
-        return _frames(self.sock)
+        return read_frames(self.sock)
 
     def close(self) -> None:
         self.sock.close()
 
     def exit_code(self) -> int:
         return self.backend._exit_code(self.exec_id)
-
-
-def _frames(sock) -> Iterator[tuple[int, bytes]]:
-    """Docker's multiplexed exec stream: 8-byte header (stream id, size), then data."""
-    while True:
-        header = _read_exactly(sock, 8)
-        if header is None:
-            return
-        stream_id, size = struct.unpack(">BxxxL", header)
-        data = _read_exactly(sock, size)
-        if data is None:
-            return
-        yield stream_id, data
-
-
-def _read_exactly(sock, size: int) -> bytes | None:
-    chunks = []
-    while size:
-        chunk = sock.recv(min(size, 1 << 16))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)

@@ -6,6 +6,8 @@ code. Everything else lives here once: the `timeout` wrapper and what counts as 
 out, keeping the first bytes of each stream, and streaming stdout.
 """
 
+import socket
+import struct
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
@@ -141,3 +143,36 @@ def stream_stdout(
     exit_code = execution.exit_code()
     if exit_code != 0:
         raise failure(exit_code, bytes(stderr))
+
+
+def read_frames(sock) -> Iterator[tuple[int, bytes]]:
+    """Frames of an 8-byte header (stream id, size), then data: Docker's multiplexed
+    exec stream, and Quor's exec channel (channel.py)."""
+    while True:
+        header = read_exactly(sock, 8)
+        if header is None:
+            return
+        stream_id, size = struct.unpack(">BxxxL", header)
+        data = read_exactly(sock, size)
+        if data is None:
+            return
+        yield stream_id, data
+
+
+def read_exactly(sock, size: int) -> bytes | None:
+    chunks = []
+    while size:
+        chunk = sock.recv(min(size, 1 << 16))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def send_then_shut(sock, chunks: Iterable[bytes]) -> None:
+    """Execution.send_stdin over a socket: every chunk, then the socket's sending side
+    shut, which ends the command's stdin."""
+    for chunk in chunks:
+        sock.sendall(chunk)
+    sock.shutdown(socket.SHUT_WR)

@@ -36,7 +36,7 @@ from kubernetes.stream.ws_client import V5_CHANNEL_PROTOCOL
 from urllib3.exceptions import HTTPError as TransportError
 from websocket import ABNF, WebSocketConnectionClosedException, WebSocketTimeoutException
 
-from sandboxes.backends import transfer
+from sandboxes.backends import channel, transfer
 from sandboxes.backends.base import (
     BackendError,
     BackendUnavailable,
@@ -78,6 +78,8 @@ MINIMUM_VERSION = (1, 30)
 REST_TIMEOUT_S = (5, 30)
 GONE_TIMEOUT_S = 60
 FORCE_AFTER_S = 30
+# Seconds a started sandbox container may take to start its exec channel.
+CHANNEL_START_S = 10
 # Seconds a command's stdin may take to be accepted before the exec counts as stuck.
 EXEC_STDIN_TIMEOUT_S = 60
 # Seconds a deleted pod's processes get to end (tini passes SIGTERM on) before SIGKILL.
@@ -166,6 +168,7 @@ def build_sandbox_pod(spec: SandboxSpec, place: PodPlacement) -> dict:
         **firewall_env,
         "HOME": "/home/sandbox",
         "USER": "sandbox",
+        "QUOR_EXEC_TOKEN": channel.channel_token(pod_name(place.deployment, spec.sandbox_id)),
     }
     sandbox_limits = {
         "cpu": f"{round(spec.cpus * 1000)}m",
@@ -214,7 +217,9 @@ def build_sandbox_pod(spec: SandboxSpec, place: PodPlacement) -> dict:
                 "name": SANDBOX_CONTAINER,
                 "image": spec.image,
                 "imagePullPolicy": place.image_pull_policy,
-                "command": ["/usr/bin/tini", "--", *KEEP_ALIVE],
+                # The entrypoint's second stage: checks it has no privilege, starts the
+                # exec channel, then becomes the keep-alive.
+                "command": ["/usr/bin/tini", "--", ENTRYPOINT, "--quor-dropped", *KEEP_ALIVE],
                 "workingDir": WORKSPACE,
                 "env": _env_list(sandbox_env),
                 "securityContext": _restricted(user=SANDBOX_UID),
@@ -476,7 +481,7 @@ class KubernetesBackend(SandboxBackend):
                 if exc.status != 409:  # 409: a concurrent ensure made it; wait for that one
                     raise _refused(exc) from exc
         running = self._wait_until_running(name)
-        self._verify_firewall(spec.sandbox_id)
+        self._verify_firewall(spec.sandbox_id, running)
         return _status_of(running)
 
     def _ensure_claim(self, sandbox_id: str) -> None:
@@ -591,16 +596,24 @@ class KubernetesBackend(SandboxBackend):
             return ""
         return response.data.decode(errors="replace").strip()
 
-    def _verify_firewall(self, sandbox_id: str) -> None:
-        """The init container wrote the marker only after reading its rules back."""
-        probe = self.exec(
-            sandbox_id,
-            ["test", "-f", READY_MARKER],
-            cwd="/",
-            env={},
-            timeout_s=10,
-            output_limit=1024,
-        )
+    def _verify_firewall(self, sandbox_id: str, pod: dict) -> None:
+        """The init container wrote the marker only after reading its rules back. Asked
+        over the exec channel once it listens (the sandbox container starts it after its
+        own checks), else through the API server."""
+        name, argv = self.pod_name(sandbox_id), ["test", "-f", READY_MARKER]
+        address, probe = _channel_address_of(pod), None
+        deadline = time.monotonic() + CHANNEL_START_S
+        while address and probe is None and time.monotonic() < deadline:
+            try:
+                probe = channel.run_over_channel(name, address, argv)
+                channel.remember(name, address)
+            except channel.ChannelUnavailable:
+                time.sleep(0.01)
+        if probe is None:
+            probe = run_bounded(
+                self._exec_starter(sandbox_id, SANDBOX_CONTAINER), argv, cwd="/", env={},
+                timeout_s=10, output_limit=1024,
+            )  # fmt: skip
         if probe.exit_code != 0:
             raise BackendError("the sandbox pod runs without its firewall marker")
 
@@ -657,10 +670,25 @@ class KubernetesBackend(SandboxBackend):
     def exec(self, sandbox_id, argv, **limits_and_place):
         return run_bounded(self._starter(sandbox_id), argv, **limits_and_place)
 
-    def _starter(self, sandbox_id: str, container: str = SANDBOX_CONTAINER) -> Start:
-        """Starts commands in one of the pod's containers (execution.Start). Exec has no
-        working directory or environment of its own: `env -C` sets both (so a command
-        whose name has a `=` in it would be taken for a variable)."""
+    def _starter(self, sandbox_id: str) -> Start:
+        """Starts commands in the sandbox container: over its exec channel, or through
+        the API server's exec when it has none."""
+        name = self.pod_name(sandbox_id)
+        return channel.starter(
+            name,
+            lambda: self._channel_address(name),
+            self._exec_starter(sandbox_id, SANDBOX_CONTAINER),
+        )
+
+    def _channel_address(self, name: str) -> str | None:
+        pod = self._read(self.core.read_namespaced_pod, name, self.namespace)
+        return None if pod is None else _channel_address_of(pod)
+
+    def _exec_starter(self, sandbox_id: str, container: str) -> Start:
+        """Starts commands in one of the pod's containers through the API server's exec
+        (execution.Start). Exec has no working directory or environment of its own:
+        `env -C` sets both (so a command whose name has a `=` in it would be taken for a
+        variable)."""
         name = self.pod_name(sandbox_id)
 
         def start(argv, *, cwd, env, stdin) -> Execution:
@@ -711,7 +739,10 @@ class KubernetesBackend(SandboxBackend):
         if target == WORKSPACE:
             argv = ["tar", "-c", "-C", WORKSPACE, "-f", "-", "."]
         return stream_stdout(
-            self._starter(sandbox_id, ARCHIVE_CONTAINER), argv, cwd="/", failure=transfer.tar_failed
+            self._exec_starter(sandbox_id, ARCHIVE_CONTAINER),
+            argv,
+            cwd="/",
+            failure=transfer.tar_failed,
         )
 
     def export_workspace_as_sandbox_user(
@@ -729,6 +760,13 @@ class KubernetesBackend(SandboxBackend):
         if not status.running:
             raise RuntimeMissing(f"sandbox {sandbox_id} has no running pod")
         return status.network_address
+
+
+def _channel_address_of(pod: dict) -> str | None:
+    """None for a pod that is not running or has no channel."""
+    sandbox = next(c for c in pod["spec"]["containers"] if c["name"] == SANDBOX_CONTAINER)
+    with_token = any(item["name"] == "QUOR_EXEC_TOKEN" for item in sandbox.get("env") or ())
+    return (_status_of(pod).network_address or None) if with_token else None
 
 
 def _sandbox_container_state(pod: dict) -> dict:

@@ -10,6 +10,7 @@ import contextlib
 import logging
 import posixpath
 import re
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -611,7 +612,12 @@ def session_workspace_ensure(*, session: Session) -> str:
     """Creates the session's directory, owned by the sandbox user, private to it."""
     sandbox = sandbox_ensure_running(session.sandbox, for_session=session)
     path = session_workspace(session)
-    result = get_backend(sandbox.backend).exec(
+    _make_session_directory(get_backend(sandbox.backend), sandbox, path)
+    return path
+
+
+def _make_session_directory(backend, sandbox: Sandbox, path: str) -> None:
+    result = backend.exec(
         str(sandbox.pk),
         image.make_session_directory_argv(path),
         cwd=WORKSPACE,
@@ -623,7 +629,6 @@ def session_workspace_ensure(*, session: Session) -> str:
         raise SandboxUnavailable(
             f"Could not create the session workspace: {result.stderr.decode()}"
         )
-    return path
 
 
 # --- exec ------------------------------------------------------------------------------
@@ -694,32 +699,79 @@ def sandbox_exec(
     *, user, session: Session | None = None, argv, cwd=None, env=None, timeout_s=None
 ) -> ExecResult:
     """Runs argv in the user's sandbox as the sandbox user; with a session, inside its
-    workspace."""
+    workspace. A sandbox whose row says it runs the current image gets the command at
+    once, without the lifecycle lock: the command finds out itself if the runtime is gone
+    (RuntimeMissing, raised only when nothing started), and the sandbox is then ensured
+    and the command sent again."""
     if session is not None and session.owner_id != user.pk:
         raise InvalidInput("The session belongs to another user.", code="exec.foreign_session")
     workspace = session_workspace(session) if session else WORKSPACE
     request = validate_exec_request(
         argv=argv, cwd=cwd, env=env, timeout_s=timeout_s, workspace=workspace
     )
-    sandbox = sandbox_ensure(user=user)
+    check_sandbox_access(user)
+    sandbox = get_or_create_sandbox(user=user)
     env = dict(request.env)
     if session is not None:
-        session_workspace_ensure(session=session)
         env.update(session_proxy_environment(session))
+    if _runs_current_image(sandbox):
+        try:
+            return _run_exec_request(sandbox, session, request, env)
+        except RuntimeMissing:
+            pass  # the row was behind the runtime
+    sandbox = sandbox_ensure_running(sandbox, for_session=session)
     try:
-        return get_backend(sandbox.backend).exec(
-            str(sandbox.pk),
-            request.argv,
-            cwd=request.cwd,
-            env=env,
-            timeout_s=request.timeout_s,
-            output_limit=settings.QUOR_EXEC_OUTPUT_LIMIT,
-        )
+        return _run_exec_request(sandbox, session, request, env)
     except RuntimeMissing:
         sandbox_refresh_state(sandbox)
         raise SandboxUnavailable(
             "The sandbox stopped while the command was starting; retry."
         ) from None
+
+
+# The current image's id as this process last read it, by backend: (id, when read).
+_current_images: dict[str, tuple[str, float]] = {}
+CURRENT_IMAGE_READ_EVERY_S = 10
+# Session directories made in runtimes, as this process made them: (runtime id, path).
+_session_directories: set[tuple[str, str]] = set()
+SESSION_DIRECTORIES_KEPT = 10_000
+
+
+def _runs_current_image(sandbox: Sandbox) -> bool:
+    """Whether the row says the sandbox runs the current image; a new image is seen
+    within CURRENT_IMAGE_READ_EVERY_S."""
+    if sandbox.state != Sandbox.State.RUNNING:
+        return False
+    current, read_at = _current_images.get(sandbox.backend, ("", 0.0))
+    if time.monotonic() - read_at > CURRENT_IMAGE_READ_EVERY_S:
+        current = get_backend(sandbox.backend).image_ref(settings.QUOR_SANDBOX_IMAGE)
+        _current_images[sandbox.backend] = (current, time.monotonic())
+    return bool(current) and sandbox.image_ref == current
+
+
+def _run_exec_request(sandbox: Sandbox, session, request: ExecRequest, env) -> ExecResult:
+    """The command (in the session's directory, made unless this process made it in
+    this runtime already), and the workspace marked as in use: newer than its
+    snapshot."""
+    backend = get_backend(sandbox.backend)
+    made = (sandbox.runtime_id, session_workspace(session)) if session else None
+    if made and made not in _session_directories:
+        _make_session_directory(backend, sandbox, made[1])
+        if len(_session_directories) >= SESSION_DIRECTORIES_KEPT:
+            _session_directories.clear()
+        _session_directories.add(made)
+    result = backend.exec(
+        str(sandbox.pk),
+        request.argv,
+        cwd=request.cwd,
+        env=env,
+        timeout_s=request.timeout_s,
+        output_limit=settings.QUOR_EXEC_OUTPUT_LIMIT,
+    )
+    if not (sandbox.has_workspace and sandbox.newer_than_snapshot):
+        Sandbox.objects.filter(pk=sandbox.pk).update(**IN_USE)
+    sandbox_touch(sandbox.pk)
+    return result
 
 
 # --- files -------------------------------------------------------------------------

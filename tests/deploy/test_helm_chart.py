@@ -14,6 +14,7 @@ from celpy import celtypes
 
 from sandboxes.backends.base import SandboxSpec
 from sandboxes.backends.kubernetes import SERVICE_ACCOUNT, PodPlacement, build_sandbox_pod
+from sandboxes.image import EXEC_CHANNEL_PORT
 from tests.deploy.conftest import CHART, NAMESPACE, RELEASE
 
 OLDEST, NEWEST = "1.30.0", "1.37.0"
@@ -747,8 +748,12 @@ def test_only_the_web_app_proxy_web_and_workers_may_connect_into_sandboxes(defau
     from_webapp_proxy, from_transfers = spec["ingress"]
     (peer,) = from_webapp_proxy["from"]
     assert selects(peer, NAMESPACE, "webapp-proxy")
-    # webapps/services.py: a web app listens on a port from 1024 to 65535.
-    assert from_webapp_proxy["ports"] == [{"protocol": "TCP", "port": 1024, "endPort": 65535}]
+    # webapps/services.py: a web app listens on a port from 1024 to 65535, not on the
+    # exec channel's.
+    assert from_webapp_proxy["ports"] == [
+        {"protocol": "TCP", "port": 1024, "endPort": EXEC_CHANNEL_PORT - 1},
+        {"protocol": "TCP", "port": EXEC_CHANNEL_PORT + 1, "endPort": 65535},
+    ]
     for peer, name in zip(from_transfers["from"], ["web", *SANDBOX_WORKERS], strict=True):
         assert selects(peer, NAMESPACE, name)
     # A transfer's port is chosen by the sandbox: every TCP port.

@@ -16,6 +16,7 @@ from quor.checks import check_docker_host_users
 from sandboxes.backends import docker as docker_backend
 from sandboxes.backends.base import BackendError
 from sandboxes.backends.docker import DockerBackend
+from sandboxes.backends.execution import read_frames
 from sandboxes.models import Sandbox
 from sandboxes.runtime import services
 from tests.docker_helpers import container_of
@@ -238,7 +239,7 @@ def connect_with_a_wrong_token(sandbox, script, *args, sending=b""):
     received = bytearray()
     try:
         sock.settimeout(30)
-        frames = docker_backend._frames(sock)
+        frames = read_frames(sock)
         port = int(docker_backend._first_line(frames, output))
         address = backend.status(str(sandbox.pk)).network_address
         with socket.create_connection((address, port), timeout=10) as intruder:

@@ -97,6 +97,7 @@ def test_registering_the_same_port_again_updates_the_web_app(runtime, session):
         ({"port": "8000", "command": "x"}, "webapps.invalid_port"),
         ({"port": True, "command": "x"}, "webapps.invalid_port"),
         ({"port": 8000.5, "command": "x"}, "webapps.invalid_port"),
+        ({"port": 47100, "command": "x"}, "webapps.reserved_port"),  # the exec channel's
         ({"port": 8000, "command": ""}, "webapps.invalid_command"),
         ({"port": 8000, "command": "   "}, "webapps.invalid_command"),
         ({"port": 8000, "command": "x" * 2001}, "webapps.invalid_command"),

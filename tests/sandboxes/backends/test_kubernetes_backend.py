@@ -26,6 +26,7 @@ from sandboxes.backends.kubernetes import (
     _KubernetesExecution,
     _refused,
 )
+from sandboxes.image import EXEC_CHANNEL
 from tests.docker_helpers import canary_server
 from tests.sandboxes.backends.conftest import KubernetesEngine, new_spec
 
@@ -304,3 +305,39 @@ def test_stdin_is_refused_when_the_server_cannot_close_it():
 
     with pytest.raises(BackendError, match="did not offer exec v5"):
         _KubernetesExecution(V4Socket()).send_stdin([b"data"])
+
+
+def test_commands_reach_the_pod_through_its_exec_channel_not_the_api_servers_exec(
+    started, monkeypatch
+):
+    from sandboxes.backends import channel
+    from sandboxes.backends.execution import run_bounded
+
+    backend, start = started
+    sid = start().sandbox_id
+    assert channel.remembered(backend.pod_name(sid))  # ensure found the channel
+    monkeypatch.setattr(KubernetesBackend, "_open_exec", lambda *args: pytest.fail("API exec"))
+    answer = run(backend, sid, ["sh", "-c", "id -u; cat /proc/1/cmdline | tr '\\0' ' '"])
+    assert answer.stdout.decode().splitlines() == ["1000", "/usr/bin/tini -- " + " ".join(
+        ["/usr/local/bin/quor-sandbox-entrypoint", "--quor-dropped", "sleep", "infinity"]) + " "
+    ]  # fmt: skip
+    monkeypatch.undo()
+    kill = run_bounded(
+        backend._exec_starter(sid, SANDBOX_CONTAINER), ["pkill", "-x", "-f", " ".join(EXEC_CHANNEL)],
+        cwd="/", env={}, timeout_s=30, output_limit=4096,
+    )  # fmt: skip
+    assert kill.exit_code == 0  # the sandbox user's code can do that
+    pod_address = backend.status(sid).network_address
+
+    def channel_answers():
+        try:
+            return channel.run_over_channel(backend.pod_name(sid), pod_address, ["true"])
+        except channel.ChannelUnavailable:
+            return None
+
+    deadline = time.monotonic() + 10
+    while channel_answers() is not None:
+        assert time.monotonic() < deadline, "the channel still answers"
+        time.sleep(0.05)
+    assert run(backend, sid, ["echo", "by the API server"]).stdout == b"by the API server\n"
+    assert channel.remembered(backend.pod_name(sid)) is None
