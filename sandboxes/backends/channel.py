@@ -7,10 +7,16 @@ both cases nothing was started, so the command never runs twice.
 
 Only the control plane reaches the channel: the sandbox's firewall accepts new
 connections from it alone. The token is derived from the runtime's name with Quor's
-secret key, so it is the same after a restart and worth nothing in another sandbox.
+secret key, so it is the same after a restart and worth nothing in another sandbox. It
+never crosses the wire: the service proves it holds it before the client sends the
+request (so nothing reaches whatever listens at an address that is now another
+sandbox's), and the client proves it in the request.
 """
 
+import hashlib
+import hmac
 import json
+import secrets
 import socket
 import struct
 from collections.abc import Callable, Iterable, Iterator
@@ -29,10 +35,13 @@ from sandboxes.backends.execution import (
 from sandboxes.image import EXEC_CHANNEL_PORT
 
 CONNECT_TIMEOUT_S = 2
-# How long the service may take to start a command; past it the call fails rather than
-# falling back, since the command may yet start.
+# How long the service may take to prove itself and to start a command; past it the call
+# fails rather than falling back, since the command may yet start.
 ANSWER_TIMEOUT_S = 10
+# How long the command may take to accept each piece of its stdin.
+STDIN_TIMEOUT_S = 60
 STARTED, EXIT, REFUSED = 0, 3, 4
+HELLO, NONCE_BYTES = b"QUOR1\n", 16
 
 
 class ChannelUnavailable(Exception):
@@ -41,6 +50,24 @@ class ChannelUnavailable(Exception):
 
 def channel_token(runtime_name: str) -> str:
     return salted_hmac("quor.sandboxes.exec-channel", runtime_name, algorithm="sha256").hexdigest()
+
+
+def proof(token: str, side: bytes, nonces: bytes) -> str:
+    return hmac.new(token.encode(), side + nonces, hashlib.sha256).hexdigest()
+
+
+def _check_service(sock: socket.socket, token: str) -> bytes:
+    """Both nonces, once the service proved it holds the token; ChannelUnavailable (and
+    nothing sent but a nonce) otherwise."""
+    client_nonce = secrets.token_bytes(NONCE_BYTES)
+    sock.sendall(HELLO + client_nonce)
+    answer = read_exactly(sock, NONCE_BYTES + 32)
+    if answer is None:
+        raise ChannelUnavailable("the exec channel closed without an answer")
+    nonces = client_nonce + answer[:NONCE_BYTES]
+    if not hmac.compare_digest(answer[NONCE_BYTES:].hex(), proof(token, b"service", nonces)):
+        raise ChannelUnavailable("what answers there is not this sandbox's exec channel")
+    return nonces
 
 
 def start_over_channel(
@@ -52,9 +79,17 @@ def start_over_channel(
         raise ChannelUnavailable(f"no exec channel at {address}: {exc}") from exc
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        request = {"token": token, "argv": argv, "cwd": cwd, "env": env, "stdin": stdin}
-        sock.sendall(json.dumps(request).encode() + b"\n")
         sock.settimeout(ANSWER_TIMEOUT_S)
+        nonces = _check_service(sock, token)
+    except (ChannelUnavailable, OSError) as exc:  # nothing was sent but a nonce
+        sock.close()
+        if isinstance(exc, ChannelUnavailable):
+            raise
+        raise ChannelUnavailable(f"the exec channel did not prove itself: {exc}") from exc
+    try:
+        request = {"argv": argv, "cwd": cwd, "env": env, "stdin": stdin}
+        request["proof"] = proof(token, b"client", nonces)
+        sock.sendall(json.dumps(request).encode() + b"\n")
         header = read_exactly(sock, 8)
         if header is None:
             raise ChannelUnavailable("the exec channel closed without an answer")
@@ -62,7 +97,7 @@ def start_over_channel(
         if stream == REFUSED:
             refusal = json.loads(read_exactly(sock, size) or b"{}")
             if refusal.get("code") == "unauthorized":
-                raise ChannelUnavailable("the exec channel refused this sandbox's token")
+                raise ChannelUnavailable("the exec channel refused this sandbox's proof")
             raise BackendError(f"the exec channel refused the command: {refusal}")
         if stream != STARTED:
             raise BackendError(f"the exec channel answered frame {stream} before starting")
@@ -117,6 +152,9 @@ def starter(runtime_name: str, read_address: Callable[[], str | None], fallback:
                 )
             except ChannelUnavailable:
                 _addresses.pop(runtime_name, None)
+            except BackendError:
+                _addresses.pop(runtime_name, None)
+                raise
         return fallback(argv, cwd=cwd, env=env, stdin=stdin)
 
     return start
@@ -128,6 +166,7 @@ class _ChannelExecution:
         self.status: int | None = None
 
     def send_stdin(self, chunks: Iterable[bytes]) -> None:
+        self.sock.settimeout(STDIN_TIMEOUT_S)
         send_then_shut(self.sock, chunks)
 
     def output(self, read_timeout: float) -> Iterator[tuple[int, bytes]]:

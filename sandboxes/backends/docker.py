@@ -50,6 +50,7 @@ LABEL_DEPLOYMENT = "org.quor.deployment"
 FIREWALL_CAPABILITIES = ["NET_ADMIN", "SETUID", "SETGID", "SETPCAP"]
 READY_MARKER = "/run/quor/firewall-ready"
 READY_TIMEOUT_S = 20
+CHANNEL_START_S = 5
 USER = f"{SANDBOX_UID}:{SANDBOX_UID}"
 # Still importable from here: tests start the transfer scripts as this backend does.
 RECEIVE_AND_UNPACK = transfer.RECEIVE_AND_UNPACK
@@ -279,21 +280,24 @@ class DockerBackend(SandboxBackend):
     def _wait_until_ready(self, container) -> None:
         """Returns once the entrypoint has verified the firewall; the container exits
         without the marker if it could not. The exec channel starts only after it."""
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
+        started = time.monotonic()
+        while time.monotonic() < started + READY_TIMEOUT_S:
             container.reload()
             if container.status in ("exited", "dead"):
                 logs = container.logs(tail=20).decode(errors="replace").strip()
                 raise BackendError(f"the sandbox did not start: {logs or container.status}")
-            if container.status == "running" and self._firewall_ready(container):
+            over_channel = time.monotonic() < started + CHANNEL_START_S
+            if container.status == "running" and self._firewall_ready(container, over_channel):
                 return
             time.sleep(0.01)
         raise BackendError(f"the sandbox firewall was not ready after {READY_TIMEOUT_S} s")
 
-    def _firewall_ready(self, container) -> bool:
+    def _firewall_ready(self, container, over_channel: bool) -> bool:
+        """Asked over the exec channel while it may still be starting, then (an image
+        without it, a channel that failed) with `docker exec`."""
         argv = ["test", "-f", READY_MARKER]
         try:
-            if _has_channel(container.attrs):
+            if over_channel and _has_channel(container.attrs):
                 address = self._status_of(container).network_address
                 probe = channel.run_over_channel(container.name, address, argv)
             else:

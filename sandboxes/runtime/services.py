@@ -714,11 +714,13 @@ def sandbox_exec(
     env = dict(request.env)
     if session is not None:
         env.update(session_proxy_environment(session))
-    if _runs_current_image(sandbox):
-        try:
+    try:
+        if _runs_current_image(sandbox):
             return _run_exec_request(sandbox, session, request, env)
-        except RuntimeMissing:
-            pass  # the row was behind the runtime
+    except RuntimeMissing:
+        pass  # the row was behind the runtime
+    except BackendUnavailable as exc:  # the Docker daemon (or the cluster) is down
+        raise SandboxUnavailable(f"The sandbox is unavailable: {exc}") from exc
     sandbox = sandbox_ensure_running(sandbox, for_session=session)
     try:
         return _run_exec_request(sandbox, session, request, env)
@@ -750,9 +752,12 @@ def _runs_current_image(sandbox: Sandbox) -> bool:
 
 
 def _run_exec_request(sandbox: Sandbox, session, request: ExecRequest, env) -> ExecResult:
-    """The command (in the session's directory, made unless this process made it in
-    this runtime already), and the workspace marked as in use: newer than its
-    snapshot."""
+    """The command, in the session's directory (made unless this process made it in
+    this runtime already). First the sandbox is marked in use and its workspace newer
+    than its snapshot: a sleep meanwhile must see both."""
+    sandbox_touch(sandbox.pk)
+    if not (sandbox.has_workspace and sandbox.newer_than_snapshot):
+        Sandbox.objects.filter(pk=sandbox.pk).update(**IN_USE)
     backend = get_backend(sandbox.backend)
     made = (sandbox.runtime_id, session_workspace(session)) if session else None
     if made and made not in _session_directories:
@@ -760,7 +765,7 @@ def _run_exec_request(sandbox: Sandbox, session, request: ExecRequest, env) -> E
         if len(_session_directories) >= SESSION_DIRECTORIES_KEPT:
             _session_directories.clear()
         _session_directories.add(made)
-    result = backend.exec(
+    return backend.exec(
         str(sandbox.pk),
         request.argv,
         cwd=request.cwd,
@@ -768,10 +773,6 @@ def _run_exec_request(sandbox: Sandbox, session, request: ExecRequest, env) -> E
         timeout_s=request.timeout_s,
         output_limit=settings.QUOR_EXEC_OUTPUT_LIMIT,
     )
-    if not (sandbox.has_workspace and sandbox.newer_than_snapshot):
-        Sandbox.objects.filter(pk=sandbox.pk).update(**IN_USE)
-    sandbox_touch(sandbox.pk)
-    return result
 
 
 # --- files -------------------------------------------------------------------------

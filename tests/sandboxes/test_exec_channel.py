@@ -9,10 +9,11 @@ import time
 import pytest
 
 from sandboxes.backends import channel
-from sandboxes.backends.channel import channel_token
+from sandboxes.backends.channel import HELLO, NONCE_BYTES, channel_token, proof
 from sandboxes.backends.docker import DockerBackend
-from sandboxes.backends.execution import read_frames
+from sandboxes.backends.execution import read_exactly, read_frames
 from sandboxes.image import EXEC_CHANNEL, EXEC_CHANNEL_PORT
+from sandboxes.models import Sandbox
 from sandboxes.runtime import services
 from tests import factories
 from tests.docker_helpers import container_of
@@ -24,7 +25,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.django_db]
 # Reads the channel's token from the service's own process, as any code of the sandbox
 # user can, and asks a channel at (address, port) to run argv with it.
 USE_STOLEN_TOKEN = r"""
-import json, os, socket, struct, sys
+import hashlib, hmac, json, os, socket, struct, sys
 address, argv = sys.argv[1], json.loads(sys.argv[2])
 token = ""
 for pid in os.listdir("/proc"):
@@ -40,7 +41,13 @@ try:
 except OSError as exc:
     print(json.dumps({"token_found": bool(token), "error": type(exc).__name__}))
     sys.exit()
-request = {"token": token, "argv": argv, "cwd": "/tmp", "env": {}, "stdin": False}
+nonce = os.urandom(16)
+sock.sendall(b"QUOR1\n" + nonce)
+answer = b""
+while len(answer) < 48:
+    answer += sock.recv(48 - len(answer))
+proof = hmac.new(token.encode(), b"client" + nonce + answer[:16], hashlib.sha256).hexdigest()
+request = {"proof": proof, "argv": argv, "cwd": "/tmp", "env": {}, "stdin": False}
 sock.sendall(json.dumps(request).encode() + b"\n")
 data = b""
 while chunk := sock.recv(65536):
@@ -79,9 +86,14 @@ def address_of(docker_client, sandbox) -> str:
 
 
 def ask_channel(address: str, token: str, argv: list[str]) -> list[tuple[int, bytes]]:
-    """One request from the host, as the control plane makes it; every frame answered."""
+    """One request from the host, as the control plane makes it (without checking the
+    service's proof); every frame answered."""
     with socket.create_connection((address, EXEC_CHANNEL_PORT), timeout=10) as sock:
-        request = {"token": token, "argv": argv, "cwd": "/workspace", "env": {}, "stdin": False}
+        nonce = b"n" * NONCE_BYTES
+        sock.sendall(HELLO + nonce)
+        answer = read_exactly(sock, NONCE_BYTES + 32)
+        request = {"argv": argv, "cwd": "/workspace", "env": {}, "stdin": False}
+        request["proof"] = proof(token, b"client", nonce + answer[:NONCE_BYTES])
         sock.sendall(json.dumps(request).encode() + b"\n")
         return list(read_frames(sock))
 
@@ -128,6 +140,20 @@ def test_commands_and_their_stdin_reach_the_sandbox_without_docker_exec(
     assert timed_out.timed_out and timed_out.duration_s < 10
     count_sleeps = ["sh", "-c", "pgrep -c -x sleep || true"]
     assert wait_for(lambda: run(owner, count_sleeps).strip(), "1")  # only the keep-alive
+
+
+def test_an_answer_ends_with_the_command_and_signals_are_as_under_docker_exec(
+    running_sandbox, no_docker_exec
+):
+    """What the command leaves writing in the background neither holds the answer
+    back nor streams into it for ever; SIGINT and SIGQUIT are not ignored (the service
+    was started by a shell, which ignores them in its background jobs)."""
+    backend, sandbox_id = DockerBackend(), str(running_sandbox.pk)
+    limits = {"cwd": "/workspace", "env": {}, "timeout_s": 30, "output_limit": 4096}
+    left_writing = backend.exec(sandbox_id, ["sh", "-c", "yes & sleep 0.2"], **limits)
+    assert left_writing.stdout_truncated and left_writing.duration_s < 10
+    ignored = backend.exec(sandbox_id, ["grep", "SigIgn", "/proc/self/status"], **limits)
+    assert int(ignored.stdout.split()[1], 16) & 0b110 == 0  # SIGINT (2), SIGQUIT (3)
 
 
 def test_a_wrong_token_is_refused_and_runs_nothing(running_sandbox, owner, docker_client):
@@ -198,6 +224,47 @@ def test_an_address_now_another_sandboxs_runs_nothing_there(
     assert run(owner, ["ls", "/workspace/mine"]) == "/workspace/mine\n"
 
 
+# Listens where an exec channel was, writes down every byte it receives and answers 48
+# made-up bytes: the sandbox's own code, after it killed its channel.
+SQUATTER = r"""
+import socket, sys
+listener = socket.create_server(("0.0.0.0", int(sys.argv[1])))
+with open(sys.argv[2], "wb") as heard:
+    while True:
+        connection, _ = listener.accept()
+        connection.settimeout(5)
+        try:
+            while chunk := connection.recv(65536):
+                heard.write(chunk)
+                heard.flush()
+                connection.sendall(bytes(48))
+        except OSError:
+            pass
+        connection.close()
+"""
+
+
+def test_what_listens_at_an_address_now_another_sandboxs_learns_nothing_of_the_command(
+    running_sandbox, owner, neighbour, docker_client
+):
+    """The neighbour's code replaced its channel, and this process still thinks the
+    neighbour's address is the owner's sandbox: the owner's command is not sent there."""
+    other = container_of(docker_client, services.sandbox_ensure(user=neighbour))
+    address = address_of(docker_client, Sandbox.objects.get(user=neighbour))
+    assert other.exec_run(["pkill", "-x", "-f", " ".join(EXEC_CHANNEL)], user="1000").exit_code == 0
+    assert wait_for(lambda: listening(address), False)
+    squat = ["setsid", "-f", "python3", "-c", SQUATTER, str(EXEC_CHANNEL_PORT), "/tmp/heard"]
+    assert other.exec_run(squat, user="1000").exit_code == 0
+    assert wait_for(lambda: listening(address), True)
+    name = DockerBackend().container_name(str(running_sandbox.pk))
+    channel.remember(name, address)
+    run(owner, ["sh", "-c", "echo secret-4417 > /workspace/mine"])
+    heard = other.exec_run(["cat", "/tmp/heard"], user="1000").output
+    assert heard.startswith(HELLO) and len(heard) == len(HELLO) + NONCE_BYTES, heard
+    assert channel.remembered(name) is None
+    assert run(owner, ["cat", "/workspace/mine"]) == "secret-4417\n"
+
+
 def test_stopping_the_sandboxs_processes_keeps_the_channel(running_sandbox, owner, no_docker_exec):
     from sandboxes import image
 
@@ -221,6 +288,4 @@ def test_an_exec_after_the_runtime_vanished_behind_quors_back_starts_it_and_runs
     container_of(docker_client, running_sandbox).remove(force=True)
     appended = run(owner, ["sh", "-c", "echo run >> /workspace/runs; cat /workspace/runs"])
     assert appended == "run\n"
-    from sandboxes.models import Sandbox
-
     assert Sandbox.objects.get(pk=running_sandbox.pk).runtime_id != running_sandbox.runtime_id

@@ -3,14 +3,20 @@ container process per call (a `docker exec` costs ~40 ms of runc; this costs a f
 
 Started by the entrypoint as the sandbox user, after the firewall is verified; the
 firewall lets only the control plane open connections to it. One connection is one
-command. The request is one JSON line:
+command. Both sides first prove they hold this sandbox's token, which never crosses the
+wire: the client sends HELLO and a nonce; the service answers a nonce of its own and
+HMAC(token, "service" + both nonces); only if that is right does the client send the
+request, one JSON line with HMAC(token, "client" + both nonces) as its proof:
 
-    {"token": ..., "argv": [...], "cwd": "/workspace", "env": {...}, "stdin": false}
+    {"proof": ..., "argv": [...], "cwd": "/workspace", "env": {...}, "stdin": false}
 
-then, if "stdin", the command's stdin until the client shuts its side down. Every answer
-is a frame, an 8-byte header (stream, length) and the data, as Docker's exec stream:
-0 "started" (empty), then 1 stdout and 2 stderr as they come, then 3 the exit status
-(4 bytes, signed); or 4 a refusal (JSON) instead of "started", and nothing runs.
+So whatever else listens at an address the control plane once knew for this sandbox
+(another sandbox since, whose code replaced its own service) learns nothing of the
+request. Then, if "stdin", the command's stdin until the client shuts its side down.
+Every answer is a frame, an 8-byte header (stream, length) and the data, as Docker's
+exec stream: 0 "started" (empty), then 1 stdout and 2 stderr as they come, then 3 the
+exit status (4 bytes, signed); or 4 a refusal (JSON) instead of "started", and nothing
+runs.
 
 The token is this sandbox's alone (the control plane derives it from the runtime's
 name): it lets its holder run commands as the sandbox user here, which the sandbox user
@@ -21,6 +27,7 @@ request's added, the token taken out.
 
 import contextlib
 import ctypes
+import hashlib
 import hmac
 import json
 import os
@@ -31,10 +38,15 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 
 PORT = int(os.environ.get("QUOR_EXEC_PORT", "47100"))
 TOKEN = os.environ.pop("QUOR_EXEC_TOKEN", "")
 STARTED, STDOUT, STDERR, EXIT, REFUSED = 0, 1, 2, 3, 4
+HELLO, NONCE_BYTES = b"QUOR1\n", 16
+# How long a client may take to say hello and send its request; and what is left of a
+# command's output read once it ended (what it left in the background may write on).
+REQUEST_TIMEOUT_S, DRAIN_AFTER_EXIT_S, DRAIN_AFTER_EXIT_BYTES = 10, 2, 16 << 20
 REQUEST_MAX_BYTES = 8 << 20  # above what a command line may hold (ARG_MAX)
 READ_BYTES = 1 << 18
 # The sandbox's environment as a `docker exec` sees it: not the entrypoint shell's own.
@@ -51,6 +63,10 @@ def frame(stream: int, data: bytes = b"") -> bytes:
 
 def refuse(connection: socket.socket, code: str, message: str) -> None:
     connection.sendall(frame(REFUSED, json.dumps({"code": code, "message": message}).encode()))
+
+
+def proof(key: bytes, side: bytes, nonces: bytes) -> str:
+    return hmac.new(key, side + nonces, hashlib.sha256).hexdigest()
 
 
 def read_request(reader) -> dict | None:
@@ -118,10 +134,15 @@ def send_output(connection: socket.socket, process: subprocess.Popen) -> None:
                     send(key.fd, data)
                 else:
                     selector.unregister(key.fd)
+        deadline, budget = time.monotonic() + DRAIN_AFTER_EXIT_S, DRAIN_AFTER_EXIT_BYTES
         for fd in [key.fd for key in selector.get_map().values() if key.fd != ended]:
             os.set_blocking(fd, False)  # the command ended: what it wrote, and no more
             with contextlib.suppress(BlockingIOError):
-                while data := os.read(fd, READ_BYTES):
+                while budget > 0 and time.monotonic() < deadline:
+                    data = os.read(fd, min(READ_BYTES, budget))
+                    if not data:
+                        break
+                    budget -= len(data)
                     send(fd, data)
     process.stdout.close()
     process.stderr.close()
@@ -143,14 +164,22 @@ def exit_status(returncode: int) -> int:
 
 
 def serve(connection: socket.socket) -> None:
+    connection.settimeout(REQUEST_TIMEOUT_S)
     with connection, connection.makefile("rb") as reader:
+        hello = reader.read(len(HELLO) + NONCE_BYTES)
+        if len(hello) != len(HELLO) + NONCE_BYTES or not hello.startswith(HELLO):
+            return
+        nonces = hello[len(HELLO) :] + os.urandom(NONCE_BYTES)
+        key = TOKEN.encode()
+        connection.sendall(nonces[NONCE_BYTES:] + bytes.fromhex(proof(key, b"service", nonces)))
         request = read_request(reader)
         if request is None:
             refuse(connection, "bad_request", "not a request")
             return
-        if not TOKEN or not hmac.compare_digest(str(request.get("token", "")), TOKEN):
-            refuse(connection, "unauthorized", "wrong token")
+        if not hmac.compare_digest(str(request.get("proof", "")), proof(key, b"client", nonces)):
+            refuse(connection, "unauthorized", "wrong proof")
             return
+        connection.settimeout(None)
         with_stdin = bool(request.get("stdin"))
         try:
             process = subprocess.Popen(  # noqa: S603  (argv from the control plane, no shell)
@@ -183,6 +212,10 @@ def serve_one(connection: socket.socket) -> None:
 
 
 def main() -> None:
+    # Started in the background by a shell, which ignores these in its jobs: the
+    # commands get them as under `docker exec`.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
     if not TOKEN:  # a runtime created without one: Quor uses the runtime's own exec
         signal.pause()
     libc = ctypes.CDLL(None)
@@ -190,9 +223,19 @@ def main() -> None:
     # Every address: the firewall lets only the control plane connect.
     listener = socket.create_server(("0.0.0.0", PORT), backlog=128)  # noqa: S104
     while True:
-        connection, _ = listener.accept()
-        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        threading.Thread(target=serve_one, args=(connection,), daemon=True).start()
+        try:
+            connection, _ = listener.accept()
+        except OSError as exc:  # out of descriptors: later
+            print(f"quor-execd: {exc!r}", file=sys.stderr, flush=True)
+            time.sleep(0.1)
+            continue
+        try:
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            threading.Thread(target=serve_one, args=(connection,), daemon=True).start()
+        except (OSError, RuntimeError) as exc:  # out of threads (the pids limit): later
+            connection.close()
+            print(f"quor-execd: {exc!r}", file=sys.stderr, flush=True)
+            time.sleep(0.1)
 
 
 if __name__ == "__main__":
