@@ -1,7 +1,9 @@
 """Reading an organization's Apps: for sessions, the proxy and `egress_check`."""
 
+from django.db.models import Count, DecimalField, Func, Sum
+
 from apps import policy
-from apps.models import App, AppCredential
+from apps.models import App, AppAction, AppCredential
 from quor.lib.errors import InvalidInput
 
 
@@ -51,20 +53,53 @@ def policy_indexes(organization_ids) -> dict[int, policy.AppIndex]:
     return {org_id: policy.AppIndex(apps) for org_id, apps in by_org.items()}
 
 
-def app_secrets(organization_ids) -> dict[tuple[int, int | None], str]:
-    """Every credential of these organizations' Apps: (app id, user id or None) -> secret."""
+class _Epoch(Func):
+    template = "extract(epoch FROM %(expressions)s)"
+    output_field = DecimalField()
+
+
+def _rows_by_app(model, organization_ids) -> dict[int, tuple]:
+    """App id -> (how many rows of `model` it has, the sum of their updated_at)."""
     return {
-        (c.app_id, c.user_id): c.secret
-        for c in AppCredential.objects.filter(
+        app_id: (count, total)
+        for app_id, count, total in model.objects.filter(
             app__organization_id__in=organization_ids, app__enabled=True
         )
+        .order_by()
+        .values("app_id")
+        .annotate(count=Count("pk"), total=Sum(_Epoch("updated_at")))
+        .values_list("app_id", "count", "total")
     }
 
 
-def credential_for(secrets, app_id: int, user_id: int) -> tuple[str | None, str]:
-    """The user's own credential, else the organization's: (secret, "user"|"organization"|"")."""
-    if (app_id, user_id) in secrets:
-        return secrets[(app_id, user_id)], "user"
-    if (app_id, None) in secrets:
-        return secrets[(app_id, None)], "organization"
-    return None, ""
+def app_fingerprints(organization_ids) -> dict[int, tuple[int, tuple]]:
+    """Per enabled App of these organizations: (its organization's id, a fingerprint
+    of the App, its actions and its credentials), read without loading them.
+
+    A saved row moves its updated_at, which moves the sum; an added or deleted row
+    moves the count. Sums, not the newest updated_at: a transaction that commits
+    after a later one, with an older timestamp, still changes the fingerprint."""
+    actions = _rows_by_app(AppAction, organization_ids)
+    credentials = _rows_by_app(AppCredential, organization_ids)
+    return {
+        app_id: (organization_id, (updated_at, actions.get(app_id), credentials.get(app_id)))
+        for app_id, organization_id, updated_at in App.objects.filter(
+            organization_id__in=organization_ids, enabled=True
+        ).values_list("pk", "organization_id", "updated_at")
+    }
+
+
+def policy_apps(app_ids) -> dict[int, policy.App]:
+    """These Apps (the enabled ones among them) in their plain form, by id."""
+    return {
+        app.pk: policy_app(app)
+        for app in App.objects.filter(pk__in=app_ids, enabled=True).prefetch_related("actions")
+    }
+
+
+def app_secrets(app_ids) -> dict[int, dict[int | None, str]]:
+    """Every credential of these Apps: app id -> user id (None: the organization's) -> secret."""
+    secrets: dict[int, dict[int | None, str]] = {}
+    for credential in AppCredential.objects.filter(app_id__in=app_ids):
+        secrets.setdefault(credential.app_id, {})[credential.user_id] = credential.secret
+    return secrets

@@ -2,8 +2,19 @@
 """Egress proxy throughput and latency: Quor's proxy against a bare proxy.py.
 
     .venv/bin/python bench/egress.py [--seconds 5] [--warmup 1] [--concurrency 1,50]
+        [--only refresh|traffic] [--refresh-apps 500] [--refresh-actions 50]
 
-Starts on this host a fast upstream (asyncio: plain HTTP, and HTTPS with a test-CA
+First (`--only refresh` alone: no Docker, no proxy), the directory's refresh for an
+organization with 500 Apps of 50 actions each, each App with the organization's
+credential (kept in the bench database), one sandbox row of its user (an address, no
+container): a full build (a new `ContextLoader`: what every refresh did before it kept
+Apps), a refresh with nothing changed, and refreshes after one App's action policy or
+credential changed; medians of 5, each after one unmeasured run. And the server side
+of the TLS set-up towards the sandbox per intercepted connection, in memory: as proxy.py
+does it against the proxy's kept per-host context.
+
+Then the traffic (`--only traffic` alone):
+it starts on this host a fast upstream (asyncio: plain HTTP, and HTTPS with a test-CA
 certificate), the fake DNS server of the tests, and Quor's egress proxy
 (`manage.py run_egress_proxy`) on the bench sandbox bridge; makes an org, a user, an
 Anthropic-kind model provider pointing at the HTTPS upstream and the user's sandbox;
@@ -49,6 +60,9 @@ PROVIDER_HOST, PROVIDER_PORT = "provider.bench", 28443  # HTTPS, a credential ro
 TUNNEL_HOST, TUNNEL_PORT = "tunnel.bench", 28444  # HTTPS, not a route: tunneled
 PROVIDER_KEY = "sk-bench-provider-key-not-a-real-one"
 BENCH_EMAIL = "egress-bench@bench.test"
+REFRESH_ORG_SLUG, REFRESH_EMAIL = "egress-bench-apps", "egress-bench-apps@bench.test"
+REFRESH_ADDRESS = str(ipaddress.ip_network(SUBNET)[250])  # a row only: no container there
+REFRESH_REPEAT = 5
 
 # Forced, not defaulted: an inherited test or dev environment must never leak in.
 os.environ.update(
@@ -385,17 +399,265 @@ def run_generator(cfg: dict, *, in_sandbox_of=None) -> dict:
     return json.loads(out.decode().strip().splitlines()[-1])
 
 
+# --- the directory's refresh ------------------------------------------------------------------
+
+
+def refresh_data(app_count: int, action_count: int):
+    """The organization with `app_count` Apps of `action_count` actions (catalog-like
+    paths: literal and `{name}` segments, some `/**`), each with the organization's
+    credential, and one sandbox row of its user. Kept between runs; rebuilt if its
+    shape differs."""
+    from django.db import transaction
+
+    from apps.models import App, AppAction, AppCredential
+    from quor import services as quor_services
+    from quor.models import Organization, User
+    from sandboxes.models import Sandbox
+
+    organization = Organization.objects.filter(slug=REFRESH_ORG_SLUG).first()
+    organization = organization or quor_services.organization_create(
+        slug=REFRESH_ORG_SLUG, name=f"Egress bench, {app_count} Apps"
+    )
+    user = User.objects.filter(email=REFRESH_EMAIL).first() or quor_services.member_create(
+        email=REFRESH_EMAIL, organization=organization
+    )
+    apps = App.objects.filter(organization=organization)
+    actions = AppAction.objects.filter(app__organization=organization)
+    if apps.count() != app_count or actions.count() != app_count * action_count:
+        with transaction.atomic():
+            apps.delete()
+            created = App.objects.bulk_create(
+                App(
+                    organization=organization,
+                    catalog_key=f"bench{i}",
+                    name=f"Bench App {i}",
+                    url_patterns=[f"https://api.vendor{i}.example"],
+                )
+                for i in range(app_count)
+            )
+            AppAction.objects.bulk_create(
+                (
+                    AppAction(
+                        app=app,
+                        key=f"resource{k}",
+                        name=f"Resource {k}",
+                        methods=[("GET", "POST", "DELETE")[k % 3]],
+                        paths=[f"/v1/resource{k}/{{id}}", f"/repos/{{owner}}/resource{k}/**"],
+                        policy=("auto", "ask", "deny")[k % 3],
+                    )
+                    for app in created
+                    for k in range(action_count)
+                ),
+                batch_size=2000,
+            )
+            AppCredential.objects.bulk_create(
+                AppCredential(app=app, secret=f"token-{app.pk}-0123456789") for app in created
+            )
+    Sandbox.objects.update_or_create(
+        user=user,
+        defaults={"state": Sandbox.State.RUNNING, "network_address": REFRESH_ADDRESS},
+    )
+    return organization
+
+
+def median_seconds(run) -> float:
+    run()  # unmeasured: caches, connections
+    times = []
+    for _ in range(REFRESH_REPEAT):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return sorted(times)[len(times) // 2]
+
+
+def measure_refresh(app_count: int, action_count: int) -> dict:
+    """Seconds of the directory's refresh, full and incremental, in this process."""
+    from apps import services as app_services
+    from apps.models import App
+    from egress.directory import ContextLoader, app_fingerprints
+    from sandboxes.models import Sandbox
+
+    organization = refresh_data(app_count, action_count)
+    try:
+        loader = ContextLoader()
+        loader.load()
+        first = App.objects.filter(organization=organization).order_by("pk").first()
+        action = first.actions.order_by("pk").first()
+        policies = iter(["deny", action.policy] * (REFRESH_REPEAT + 1))
+        secrets = iter(f"token-changed-{n}-0123456789" for n in range(REFRESH_REPEAT + 1))
+
+        def change_policy_and_refresh():
+            app_services.app_set_action_policy(app=first, key=action.key, policy=next(policies))
+            started = time.perf_counter()
+            loader.load()
+            return time.perf_counter() - started
+
+        def change_credential_and_refresh():
+            app_services.app_credential_set(app=first, secret=next(secrets))
+            started = time.perf_counter()
+            loader.load()
+            return time.perf_counter() - started
+
+        def median_of_changes(run) -> float:
+            run()
+            return sorted(run() for _ in range(REFRESH_REPEAT))[REFRESH_REPEAT // 2]
+
+        return {
+            "apps": app_count,
+            "actions": action_count,
+            "full": median_seconds(lambda: ContextLoader().load()),
+            "unchanged": median_seconds(loader.load),
+            "policy": median_of_changes(change_policy_and_refresh),
+            "credential": median_of_changes(change_credential_and_refresh),
+            "fingerprints": median_seconds(lambda: app_fingerprints([organization.pk])),
+        }
+    finally:
+        Sandbox.objects.filter(network_address=REFRESH_ADDRESS).update(network_address=None)
+
+
+def report_refresh(found: dict) -> None:
+    print()
+    print(
+        f"Directory refresh, an organization with {found['apps']} Apps x {found['actions']} "
+        f"actions, each with a credential (median of {REFRESH_REPEAT}, in this process):"
+    )
+    print("| refresh | ms | target |")
+    print("| --- | --- | --- |")
+    rows = [
+        ("before: full reload, every refresh (a new ContextLoader)", found["full"], ""),
+        ("nothing changed", found["unchanged"], "< 50 ms"),
+        ("one App's action policy changed", found["policy"], "< 50 ms"),
+        ("one App's credential changed", found["credential"], "< 50 ms"),
+        ("of which the fingerprint query", found["fingerprints"], ""),
+    ]
+    for label, seconds, target in rows:
+        verdict = ""
+        if target:
+            verdict = f"{target}: {'meets' if seconds < 0.05 else 'MISSES'}"
+        print(f"| {label} | {seconds * 1000:.1f} | {verdict} |")
+    print()
+
+
+# --- the TLS set-up towards the sandbox, per intercepted connection ---------------------------
+
+HANDSHAKES = 300
+
+
+def server_handshake_seconds(server_context, client_context, host: str) -> float:
+    """The server side's CPU-bound time of one TLS handshake in memory (the client's
+    work, interleaved in this thread, is not counted)."""
+    import ssl
+
+    client_in, client_out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    server_in, server_out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = client_context.wrap_bio(client_in, client_out, server_hostname=host)
+    server_seconds = 0.0
+    server = None
+    client_done = server_done = False
+    while not (client_done and server_done):
+        if not client_done:
+            try:
+                client.do_handshake()
+                client_done = True
+            except ssl.SSLWantReadError:
+                pass
+        server_in.write(client_out.read())
+        started = time.perf_counter()
+        if server is None:
+            server = server_context().wrap_bio(server_in, server_out, server_side=True)
+        if not server_done:
+            try:
+                server.do_handshake()
+                server_done = True
+            except ssl.SSLWantReadError:
+                pass
+        server_seconds += time.perf_counter() - started
+        client_in.write(server_out.read())
+    return server_seconds
+
+
+def measure_leaf_tls() -> dict:
+    """Per intercepted connection, the proxy's TLS set-up towards the sandbox: as
+    proxy.py does it (a new context loading the host's RSA leaf and the signing key
+    from disk) and from `egress.tls.LeafContexts` (the host's context, kept)."""
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    from egress import ca, tls
+
+    files = ca.ensure_ca(Path(os.environ["QUOR_EGRESS_CA_DIR"]))
+    host = "provider.bench"
+    signing_key = serialization.load_pem_private_key(files.signing_key.read_bytes(), None)
+    leaf = ca.issue_leaf(
+        serialization.load_pem_private_key(files.key.read_bytes(), None),
+        x509.load_pem_x509_certificate(files.cert.read_bytes()),
+        host,
+        signing_key,
+    )
+    leaf_file = WORK / "rsa-leaf.pem"
+    leaf_file.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+
+    def proxy_py_context():
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(certfile=str(leaf_file), keyfile=str(files.signing_key))
+        return context
+
+    leaves = tls.LeafContexts(files)
+    client_context = ssl.create_default_context(cafile=str(files.cert))
+    found = {}
+    for label, server_context in (
+        ("proxy.py", proxy_py_context),
+        ("kept", lambda: leaves.context_for(host)),
+    ):
+        times = sorted(
+            server_handshake_seconds(server_context, client_context, host)
+            for _ in range(HANDSHAKES)
+        )
+        found[label] = times[len(times) // 2]
+    return found
+
+
+def report_leaf_tls(found: dict) -> None:
+    print(
+        f"TLS set-up towards the sandbox per intercepted connection, server side (median of "
+        f"{HANDSHAKES} in-memory handshakes, in this process): before, as proxy.py does it "
+        f"(new context, RSA leaf and key read from disk) {found['proxy.py'] * 1000:.2f} ms; "
+        f"now (the host's kept context, P-256 leaf) {found['kept'] * 1000:.2f} ms"
+    )
+    print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5, help="measured seconds per run")
     parser.add_argument("--warmup", type=float, default=1, help="unmeasured seconds first")
     parser.add_argument("--concurrency", default="1,50")
+    parser.add_argument("--only", choices=["refresh", "traffic"])
+    parser.add_argument("--refresh-apps", type=int, default=500)
+    parser.add_argument("--refresh-actions", type=int, default=50)
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     began = time.monotonic()
 
     WORK.mkdir(parents=True, exist_ok=True)
     ensure_database(DATABASE)
+    if args.only != "traffic":
+        import django
+        from django.core.management import call_command
+        from django.db import connections
+
+        django.setup()
+        call_command("migrate", verbosity=0)
+        report_refresh(measure_refresh(args.refresh_apps, args.refresh_actions))
+        report_leaf_tls(measure_leaf_tls())
+        connections.close_all()  # the upstream is forked next
+    if args.only != "refresh":
+        measure_traffic(args, levels, began)
+
+
+def measure_traffic(args, levels, began) -> None:
     from tests.fakes import make_test_ca
 
     upstream_ca, cert, key = make_test_ca(WORK, [PROVIDER_HOST, TUNNEL_HOST])
@@ -668,6 +930,17 @@ def report(rows, levels, audit, key_ok, key_other, load_before, elapsed) -> None
             + against_target(
                 added_ms("quor https injected, new conn", "bare https tunnel, new conn", c)
             )
+        )
+    for c in levels:
+        injected = by[("quor https injected, new conn", c)]["proxy_cpu"] * 1000
+        tunnel = by[("quor https tunnel, new conn", c)]["proxy_cpu"] * 1000
+        bare = by[("bare https tunnel, new conn", c)]["proxy_cpu"] * 1000
+        print(
+            f"Proxy CPU per new connection (one request each), {c} clients: intercepted and "
+            f"injected {injected:.2f} ms ({'meets' if injected < 2.5 else 'MISSES'} the target "
+            f"< 2.5 ms), tunnel {tunnel:.2f} ms, bare proxy.py's tunnel {bare:.2f} ms; tunnel / "
+            f"bare {tunnel / bare:.2f} ({'meets' if tunnel < 1.5 * bare else 'MISSES'} the "
+            "target <= 1.5)"
         )
     print(
         f"Injection check: the upstream saw the real key in {key_ok} requests and anything "

@@ -1,8 +1,10 @@
 """The proxy's CA: created on first start and kept, so restored sandboxes keep
-trusting it. Only its certificate ever reaches a sandbox."""
+trusting it. Only its certificate ever reaches a sandbox. The leaf certificates of
+intercepted hosts are issued in memory (`issue_leaf`, kept by `egress.tls`)."""
 
 import datetime
 import fcntl
+import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,3 +119,34 @@ def write_upstream_trust(files: CaFiles, extra_bundle: str) -> Path:
         parts.append(Path(extra_bundle).read_text())
     files.upstream_trust.write_text("\n".join(parts))
     return files.upstream_trust
+
+
+LEAF_DAYS = 30
+
+
+def issue_leaf(ca_key, ca_cert: x509.Certificate, host: str, leaf_key) -> x509.Certificate:
+    """A certificate for `host` alone (an IP address as such), signed by the CA."""
+    try:
+        name = x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        name = x509.DNSName(host)
+    now = datetime.datetime.now(datetime.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host[:64])]))
+        .issuer_name(ca_cert.subject)
+        .public_key(leaf_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=LEAF_DAYS))
+        .add_extension(x509.SubjectAlternativeName([name]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )

@@ -8,6 +8,7 @@ each have one background thread per proxy process.
 
 import functools
 import json
+import logging
 import os
 import select
 import ssl
@@ -20,12 +21,13 @@ from proxy.core.connection import TcpServerConnection
 from proxy.http.exception import HttpProtocolException, HttpRequestRejected
 from proxy.http.handler import HttpProtocolHandler
 from proxy.http.parser import HttpParser, httpParserTypes
-from proxy.http.proxy import HttpProxyBasePlugin
+from proxy.http.proxy import HttpProxyBasePlugin, HttpProxyPlugin
 from proxy.http.url import Url
 
 from approvals.models import ApprovalRequest
 from approvals.wakeup import DecisionListener
 from apps import policy
+from egress import ca, tls
 from egress.audit import AuditLog, mask_path
 from egress.decisions import (
     SESSION_PRINCIPAL_PREFIX,
@@ -46,6 +48,8 @@ from egress.models import EgressDecision
 from egress.parking import GRANTED, ApprovalDesk
 from egress.resolver import make_resolver
 from quor.lib import metrics
+
+logger = logging.getLogger(__name__)
 
 SESSION_HEADER = "x-quor-session"
 READY_WAIT_SECONDS = 10
@@ -452,3 +456,31 @@ def reuse_upstream_tls_contexts() -> None:
 
     wrap.quor_cached = True
     TcpServerConnection.wrap = wrap
+
+
+def serve_intercepted_tls_from_cache(files: ca.CaFiles) -> None:
+    """proxy.py gives each intercepted connection a new server-side context, reading
+    its leaf (made once per host by three `openssl` runs, with an RSA key) from disk,
+    and first writes the upstream's certificate to a temporary file to read its
+    subject. Take the host's context from `tls.LeafContexts` instead: built once per
+    host and process, and a client that resumes its TLS session skips the signature."""
+    original = HttpProxyPlugin.wrap_client
+    if getattr(original, "quor_cached", False):
+        return
+    leaves = tls.LeafContexts(files)
+
+    def wrap_client(self) -> bool:
+        host = _text(self.request.host)
+        try:
+            context = leaves.context_for(host)
+            self.client.connection.setblocking(True)
+            self.client.flush()  # the 200 answer to CONNECT, before the handshake
+            self.client._conn = context.wrap_socket(self.client.connection, server_side=True)
+            self.client.connection.setblocking(False)
+        except OSError as exc:  # the sandbox left, or refused the certificate
+            logger.warning("TLS with the sandbox failed for %s: %s", host, exc)
+            return True
+        return False
+
+    wrap_client.quor_cached = True
+    HttpProxyPlugin.wrap_client = wrap_client

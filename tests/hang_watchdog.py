@@ -4,7 +4,9 @@ Without it a hang (a lock no one releases, a wait with no timeout) runs until CI
 limit kills the run and prints nothing about the cause. After QUOR_TEST_HANG_SECONDS of
 one test (setup, call and teardown together), this prints every thread's stack, what
 each connection to the test database is doing and waiting for, the processes the
-tests started and the ends of their logs, then ends pytest with status 3."""
+tests started and the ends of their logs, then ends pytest with status 3. It ends with
+a summary of a few lines (the test, where its threads wait, the database's waits), since
+CI may show only the end of the output."""
 
 import asyncio
 import faulthandler
@@ -13,6 +15,7 @@ import os
 import subprocess
 import sys
 import threading
+import traceback
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,13 @@ SELECT pid, application_name, state, wait_event_type, wait_event,
        left(query, 200) AS query
 FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
 """
+WAITS_SQL = """
+SELECT pid || ' ' || application_name || ' ' || state || ' waits ' || wait_event
+       || ' blocked by ' || pg_blocking_pids(pid)::text || ': ' || left(query, 80)
+FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+  AND (wait_event_type = 'Lock' OR state = 'idle in transaction')
+"""
+SUMMARY_FRAMES = 4
 
 
 def _print_diagnostics(nodeid: str, seconds: int) -> None:
@@ -54,6 +64,28 @@ def _print_diagnostics(nodeid: str, seconds: int) -> None:
     out.flush()
 
 
+def _print_summary(nodeid: str, seconds: int) -> None:
+    """The few lines that say what hung: the innermost frames of each thread that is
+    not idle in a pool, and the database's lock waits and open transactions."""
+    out = sys.stderr
+    out.write(f"\nhang watchdog summary: {nodeid} still ran after {seconds} s\n")
+    for thread_id, frame in sys._current_frames().items():
+        frames = traceback.extract_stack(frame)[-SUMMARY_FRAMES:]
+        if thread_id == threading.get_ident() or any(f.name == "_worker" for f in frames):
+            continue
+        where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames[::-1])
+        out.write(f"  thread {thread_id}: {where}\n")
+    from django.conf import settings
+
+    result = subprocess.run(
+        ["psql", "-X", "-At", "-d", settings.DATABASES["default"]["NAME"], "-c", WAITS_SQL],
+        capture_output=True, text=True, timeout=20,
+    )  # fmt: skip
+    for line in (result.stdout + result.stderr).splitlines()[:6]:
+        out.write(f"  database: {line}\n")
+    out.flush()
+
+
 def _print_asyncio_tasks(out) -> None:
     """Where each coroutine of a running event loop waits: a thread's stack shows only
     the loop's select()."""
@@ -74,6 +106,7 @@ def _end_run(item, seconds: int) -> None:
         if capture is not None:
             capture.suspend_global_capture(in_=True)  # or it goes to the test's capture
         _print_diagnostics(item.nodeid, seconds)
+        _print_summary(item.nodeid, seconds)
     except BaseException:
         faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)
     finally:

@@ -57,7 +57,10 @@ def check_the_panel(ui, owner, session):
         expect(files.locator(".file-entry")).to_have_count(7, timeout=20_000)
     except AssertionError:
         panel = page.locator("#files-panel").inner_text()
-        raise AssertionError(f"the panel shows: {panel!r}; sandbox {session.sandbox}") from None
+        raise AssertionError(
+            f"the panel shows: {panel!r}; sandbox {session.sandbox}; script errors: "
+            f"{ui.errors}\n{ui.network_report()}"
+        ) from None
     # Folders first, as folders; Quor's runtime folder is not shown.
     names = files.locator(".file-name").all_text_contents()
     assert names == [

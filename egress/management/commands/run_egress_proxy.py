@@ -6,12 +6,13 @@ from django.db import connections
 from proxy import Proxy
 
 from egress import ca, readiness
-from egress.directory import load_contexts
+from egress.directory import ContextLoader
 from egress.proxy_plugin import (
     answer_unreadable_first_requests,
     cap_request_bodies,
     read_request_targets,
     reuse_upstream_tls_contexts,
+    serve_intercepted_tls_from_cache,
 )
 from quor.lib import metrics
 from sandboxes.backends import get_backend
@@ -35,6 +36,7 @@ class Command(BaseCommand):
         read_request_targets()
         answer_unreadable_first_requests()
         reuse_upstream_tls_contexts()
+        serve_intercepted_tls_from_cache(files)
         argv = [
             "--hostname", host,
             "--port", str(port),
@@ -53,12 +55,13 @@ class Command(BaseCommand):
         if settings.QUOR_METRICS_PORT:  # decisions are counted in the acceptor processes
             metrics.serve_multiprocess(settings.QUOR_METRICS_PORT)
         connections.close_all()  # acceptor processes fork: they must not share a connection
+        loader = ContextLoader()  # keeps the Apps between loads, as each acceptor's directory
         with Proxy(argv):
             self.stdout.write(f"Egress proxy listening on {host}:{port}", ending="\n")
             self.stdout.flush()
             while True:
                 try:
-                    count = len(load_contexts())
+                    count = len(loader.load())
                     readiness.publish_ready(sandboxes=count, listen=f"{host}:{port}")
                 except Exception as exc:  # not ready while the database or Redis is down
                     self.stderr.write(f"egress proxy not ready: {exc}")

@@ -1,0 +1,83 @@
+"""TLS state the proxy keeps across connections, per proxy process: the server-side
+contexts towards sandboxes (one per intercepted host, with its leaf certificate) and
+the TLS sessions of upstreams, so that a new intercepted connection pays for neither
+a certificate nor a context, and resumes where the peer allows it."""
+
+import ssl
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from egress.ca import CaFiles, issue_leaf
+
+LEAF_REISSUE_SECONDS = 24 * 3600  # well inside ca.LEAF_DAYS
+CACHE_SIZE = 1024
+
+
+class LruCache:
+    """At most `size` entries, the least recently used dropped first; thread-safe."""
+
+    def __init__(self, size: int = CACHE_SIZE):
+        self._size = size
+        self._lock = threading.Lock()
+        self._entries: OrderedDict = OrderedDict()
+
+    def get(self, key):
+        with self._lock:
+            value = self._entries.get(key)
+            if value is not None:
+                self._entries.move_to_end(key)
+            return value
+
+    def put(self, key, value) -> None:
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+    def __len__(self):
+        return len(self._entries)
+
+
+class LeafContexts:
+    """The server-side context for each intercepted host, its leaf certificate for that
+    host alone, reissued after a day. The leaves share one P-256 key, made when the
+    proxy starts and never written down (an ECDSA signature costs far less than the
+    RSA one of proxy.py's leaves, on every full handshake)."""
+
+    def __init__(self, files: CaFiles, size: int = CACHE_SIZE):
+        self._ca_key = serialization.load_pem_private_key(files.key.read_bytes(), None)
+        self._ca_cert = x509.load_pem_x509_certificate(files.cert.read_bytes())
+        self._leaf_key = ec.generate_private_key(ec.SECP256R1())
+        self._scratch = files.leaf_dir
+        self._contexts = LruCache(size)
+
+    def context_for(self, host: str) -> ssl.SSLContext:
+        found = self._contexts.get(host)
+        if found is not None and time.monotonic() - found[0] < LEAF_REISSUE_SECONDS:
+            return found[1]
+        context = self._new_context(host)
+        self._contexts.put(host, (time.monotonic(), context))
+        return context
+
+    def _new_context(self, host: str) -> ssl.SSLContext:
+        leaf = issue_leaf(self._ca_key, self._ca_cert, host, self._leaf_key)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        key = self._leaf_key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        # load_cert_chain reads only files: a private one (0600), removed at once.
+        with tempfile.NamedTemporaryFile(dir=self._scratch, suffix=".pem") as chain:
+            chain.write(leaf.public_bytes(serialization.Encoding.PEM) + key)
+            chain.flush()
+            context.load_cert_chain(chain.name)
+        return context
