@@ -5,44 +5,16 @@ a certificate nor a context, and resumes where the peer allows it."""
 
 import ssl
 import tempfile
-import threading
 import time
-from collections import OrderedDict
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from egress.ca import CaFiles, issue_leaf
+from egress.lru import LruCache
 
 LEAF_REISSUE_SECONDS = 24 * 3600  # well inside ca.LEAF_DAYS
-CACHE_SIZE = 1024
-
-
-class LruCache:
-    """At most `size` entries, the least recently used dropped first; thread-safe."""
-
-    def __init__(self, size: int = CACHE_SIZE):
-        self._size = size
-        self._lock = threading.Lock()
-        self._entries: OrderedDict = OrderedDict()
-
-    def get(self, key):
-        with self._lock:
-            value = self._entries.get(key)
-            if value is not None:
-                self._entries.move_to_end(key)
-            return value
-
-    def put(self, key, value) -> None:
-        with self._lock:
-            self._entries[key] = value
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
-
-    def __len__(self):
-        return len(self._entries)
 
 
 class LeafContexts:
@@ -51,7 +23,7 @@ class LeafContexts:
     proxy starts and never written down (an ECDSA signature costs far less than the
     RSA one of proxy.py's leaves, on every full handshake)."""
 
-    def __init__(self, files: CaFiles, size: int = CACHE_SIZE):
+    def __init__(self, files: CaFiles, size: int = 1024):
         self._ca_key = serialization.load_pem_private_key(files.key.read_bytes(), None)
         self._ca_cert = x509.load_pem_x509_certificate(files.cert.read_bytes())
         self._leaf_key = ec.generate_private_key(ec.SECP256R1())

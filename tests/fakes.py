@@ -21,10 +21,12 @@ from cryptography.x509.oid import NameOID
 
 class FakeDnsServer:
     """Answers A queries from `records` (name -> list of answers, or a callable
-    returning one per query) and counts the queries per name."""
+    returning one per query) with `ttls` (name -> seconds, default 5) and counts the
+    queries per name."""
 
     def __init__(self, host: str, port: int):
         self.records: dict = {}
+        self.ttls: dict[str, int] = {}
         self.queries: dict[str, int] = defaultdict(int)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -46,7 +48,8 @@ class FakeDnsServer:
             if callable(answer):
                 answer = answer()
             if question.rdtype == dns.rdatatype.A and answer:
-                response.answer.append(dns.rrset.from_text(question.name, 5, "IN", "A", *answer))
+                ttl = self.ttls.get(name, 5)
+                response.answer.append(dns.rrset.from_text(question.name, ttl, "IN", "A", *answer))
             elif answer is None:
                 response.set_rcode(3)  # NXDOMAIN
             self.sock.sendto(response.to_wire(), client)

@@ -302,6 +302,7 @@ def test_the_proxy_connects_to_the_address_it_checked_with_one_lookup(
 ):
     answers = iter([["127.0.0.2"], ["127.0.0.1"], ["127.0.0.1"], ["127.0.0.1"]])
     upstream_fakes.dns.records["rebind.test"] = lambda: next(answers)
+    upstream_fakes.dns.ttls["rebind.test"] = 0  # a rebinding name: its answers are not kept
     upstream_fakes.dns.queries["rebind.test"] = 0
     [result] = through_proxy(owner, [{"url": "http://rebind.test:18080/pinned"}])
     assert json.loads(result["body"])["server"] == "app-127.0.0.2"
