@@ -346,6 +346,40 @@ def build_image() -> None:
     print(f"  sandbox image checked in {time.monotonic() - started:.1f} s", flush=True)
 
 
+def prepare(*other_ports: int) -> None:
+    """Before the stack starts (this bench's and bench/load.py's): its ports free, the
+    sandbox image, the database migrated, Redis emptied, what an interrupted run left in
+    Docker removed."""
+    for port in (WEB_PORT, PROXY_PORT, MODEL_PORT, *other_ports):
+        if not port_free(port):
+            raise SystemExit(f"port {port} is in use here: another run?")
+    WORK.mkdir(parents=True, exist_ok=True)
+    build_image()
+    ensure_database(DATABASE)
+    empty_redis_db()
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    print("  " + remove_network(), flush=True)
+
+
+def tear_down(stack, server) -> None:
+    """Stops the stack and the model, and removes the sandboxes and the Docker network."""
+    stack.stop()
+    server.close()
+    with contextlib.suppress(Exception):
+        print("  " + remove_network(), flush=True)
+
+
+def verdict(passed: bool, began: float) -> int:
+    print(f"{'PASS' if passed else 'FAIL'} in {time.monotonic() - began:.0f} s")
+    return 0 if passed else 1
+
+
 class Stack:
     """The processes of `tools/run-dev` but beat, the webapp proxy and the demo model."""
 
@@ -816,21 +850,7 @@ def main() -> int:
         f"{args.model_seconds:g} s per call",
         flush=True,
     )
-    for port in (WEB_PORT, PROXY_PORT, MODEL_PORT):
-        if not port_free(port):
-            raise SystemExit(f"port {port} is in use here: another run?")
-    WORK.mkdir(parents=True, exist_ok=True)
-    build_image()
-    ensure_database(DATABASE)
-    empty_redis_db()
-
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-    print("  " + remove_network(), flush=True)  # what an interrupted run left
+    prepare()
     model_id, tokens, extra = make_members(args.users)
     server = start_model(args.model_seconds)
     stack = Stack()
@@ -854,12 +874,8 @@ def main() -> int:
         info = {"busy": busy, "peak_db": peak.peak}
         passed = report(args, rows, results, before, server, stack, info)
     finally:
-        stack.stop()
-        server.close()
-        with contextlib.suppress(Exception):
-            print("  " + remove_network(), flush=True)
-    print(f"{'PASS' if passed else 'FAIL'} in {time.monotonic() - began:.0f} s")
-    return 0 if passed else 1
+        tear_down(stack, server)
+    return verdict(passed, began)
 
 
 if __name__ == "__main__":

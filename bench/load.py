@@ -49,12 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import concurrent_turns as stack_env  # noqa: E402  (sets the environment)
-from bench.common import (  # noqa: E402
-    ensure_database,
-    host_cpu_times,
-    port_free,
-    remove_network,
-)
+from bench.common import host_cpu_times  # noqa: E402
 
 APP_PORT = 32091
 os.environ["QUOR_EGRESS_PRIVATE_ALLOWLIST"] = (
@@ -102,7 +97,7 @@ STEPS = (
     "sleep",
     "wake",
 )
-POLL = 0.25
+POLL = 1.0  # how often a member asks for its approvals and its turn, as an integration would
 
 
 class FakeApp(ThreadingHTTPServer):
@@ -265,6 +260,43 @@ def make_app() -> int:
     return app.pk
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+SANDBOXES_CPU = Path("/sys/fs/cgroup/cpuacct/docker/cpuacct.usage")  # every container's
+
+
+def cpu_seconds(stack) -> dict[str, float]:
+    """CPU seconds so far of Quor's processes (each of the stack's process groups), the
+    sandboxes (Docker's cgroup, removed containers included), PostgreSQL (the server and
+    the backends it reaped), Redis, Docker's own daemons (live processes only) and this
+    bench."""
+    groups = {process.pid: name for name, process in stack.processes.items()}
+    found = dict.fromkeys([*groups.values(), "PostgreSQL", "Redis", "Docker daemons"], 0.0)
+    processes = {}  # pid -> (parent, group, name, own ticks, reaped children's ticks)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            comm, rest = stat.read_text().rsplit(")", 1)
+            f = rest.split()
+            processes[int(stat.parent.name)] = (
+                int(f[1]), int(f[2]), comm.split("(", 1)[1],
+                int(f[11]) + int(f[12]), int(f[13]) + int(f[14]),
+            )  # fmt: skip
+    for parent, group, name, ticks, reaped in processes.values():
+        if group in groups:
+            found[groups[group]] += ticks / CLOCK_TICKS
+        elif name == "postgres":  # the server also counts the backends it reaped
+            server = processes.get(parent, (0, 0, ""))[2] != "postgres"
+            found["PostgreSQL"] += (ticks + (reaped if server else 0)) / CLOCK_TICKS
+        elif name == "redis-server":
+            found["Redis"] += ticks / CLOCK_TICKS
+        elif name in ("dockerd", "containerd") or name.startswith("containerd-shim"):
+            found["Docker daemons"] += ticks / CLOCK_TICKS
+    if SANDBOXES_CPU.exists():
+        found["sandboxes"] = int(SANDBOXES_CPU.read_text()) / 1e9
+    times = os.times()
+    found["this bench"] = times.user + times.system
+    return found
+
+
 def memory_of(stack) -> float:
     """MiB resident in Quor's processes (every process of each group)."""
     total = 0
@@ -293,7 +325,7 @@ def run_level(users: int, args, stack, app) -> bool:
     barrier = threading.Barrier(users)
     threads = [threading.Thread(target=m.run, args=(barrier,)) for m in members]
     app.requests = 0
-    cpu_before, began = host_cpu_times(), time.monotonic()
+    cpu_before, began, by_part = host_cpu_times(), time.monotonic(), cpu_seconds(stack)
     with stack_env.ConnectionPeak() as peak:
         for thread in threads:
             thread.start()
@@ -301,6 +333,7 @@ def run_level(users: int, args, stack, app) -> bool:
             thread.join()
     elapsed = time.monotonic() - began
     cpu_after = host_cpu_times()
+    used = {part: seconds - by_part.get(part, 0) for part, seconds in cpu_seconds(stack).items()}
     busy = (cpu_after[0] - cpu_before[0]) / max(1, cpu_after[1] - cpu_before[1])
     errors = [error for m in members for error in m.errors]
     lost = sum(m.lost for m in members)
@@ -321,6 +354,10 @@ def run_level(users: int, args, stack, app) -> bool:
         f"resources: host CPU busy {busy:.0%} of {os.cpu_count()} cores; most database "
         f"connections at once {peak.peak}; Quor's processes {memory_of(stack):.0f} MiB "
         f"resident at the end; load average {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        "CPU by part, in cores over the level: "
+        + ", ".join(f"{part} {seconds / elapsed:.2f}" for part, seconds in used.items())
     )
     for error in errors[:10]:
         print(f"  error: {error}")
@@ -350,21 +387,7 @@ def main() -> int:
         f"average {os.getloadavg()[0]:.2f}; levels {levels}",
         flush=True,
     )
-    for port in (stack_env.WEB_PORT, stack_env.PROXY_PORT, stack_env.MODEL_PORT, APP_PORT):
-        if not port_free(port):
-            raise SystemExit(f"port {port} is in use here: another run?")
-    stack_env.WORK.mkdir(parents=True, exist_ok=True)
-    stack_env.build_image()
-    ensure_database(stack_env.DATABASE)
-    stack_env.empty_redis_db()
-
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-    print("  " + remove_network(), flush=True)
+    stack_env.prepare(APP_PORT)
     server = stack_env.start_model(args.model_seconds)
     server.script = SCRIPT
     app = FakeApp()
@@ -376,13 +399,9 @@ def main() -> int:
         for users in levels:
             passed = run_level(users, args, stack, app) and passed
     finally:
-        stack.stop()
-        server.close()
         app.shutdown()
-        with contextlib.suppress(Exception):
-            print("  " + remove_network(), flush=True)
-    print(f"{'PASS' if passed else 'FAIL'} in {time.monotonic() - began:.0f} s")
-    return 0 if passed else 1
+        stack_env.tear_down(stack, server)
+    return stack_env.verdict(passed, began)
 
 
 if __name__ == "__main__":
