@@ -35,8 +35,7 @@ model calls, plus its sandbox's start (each member is new: the turn creates the 
    turn starts: the worker took the task), the agent's first model request (the scripted
    server notes its arrival: the agent is running in its sandbox), the first event of the
    agent, `turn_finished`; and the steps of its start in its new sandbox from the Docker
-   Engine's events (`docker events`: container created, started, firewall probe, the
-   session directory's `mkdir`, the agent's `setsid`). Also the peak of model calls in
+   Engine's events (`docker events`: container created, started). Also the peak of model calls in
    flight at once, the worker's task run times from its log (and, for each sleep and
    wake during the burst, how long its task was queued), and the log lines at WARNING
    and above.
@@ -488,13 +487,12 @@ class DockerEvents:
 
 # Steps of a turn in its new sandbox, from the Docker events: (label, the event's action
 # is this or, for an `exec_create: <command>`, its command contains this, and whether the
-# first or the last such event counts).
+# first or the last such event counts). The commands Quor runs in the sandbox (the
+# firewall probe, the session directory's `mkdir`, the agent's start) go through its exec
+# channel since issue 19, so Docker no longer sees them.
 DOCKER_STEPS = [
     ("container created", "create", "first"),
     ("container started", "start", "first"),
-    ("firewall ready (the readiness probe that found it)", "test -f /run/quor/", "last"),
-    ("session directory made", "mkdir -p -m 700", "first"),
-    ("agent started (`setsid -f ... agent.py`)", "setsid -f", "first"),
 ]
 
 
