@@ -16,9 +16,11 @@ sandbox's), and the client proves it in the request.
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import socket
 import struct
+import time
 from collections.abc import Callable, Iterable, Iterator
 
 from django.utils.crypto import salted_hmac
@@ -32,7 +34,9 @@ from sandboxes.backends.execution import (
     run_bounded,
     send_then_shut,
 )
-from sandboxes.image import EXEC_CHANNEL_PORT
+from sandboxes.image import EXEC_CHANNEL, EXEC_CHANNEL_PORT
+
+logger = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 2
 # How long the service may take to prove itself and to start a command; past it the call
@@ -42,10 +46,17 @@ ANSWER_TIMEOUT_S = 10
 STDIN_TIMEOUT_S = 60
 STARTED, EXIT, REFUSED = 0, 3, 4
 HELLO, NONCE_BYTES = b"QUOR1\n", 16
+# A channel found gone is started again through the runtime's own exec at most this often
+# per runtime: something else on its port (the agent's own listener) makes that fail.
+RESTART_EVERY_S = 30
 
 
 class ChannelUnavailable(Exception):
     """Nothing was started: use the runtime's own exec."""
+
+
+class NothingListens(ChannelUnavailable):
+    """No service at the channel's address: it ended (the agent may have killed it)."""
 
 
 def channel_token(runtime_name: str) -> str:
@@ -76,7 +87,7 @@ def start_over_channel(
     try:
         sock = socket.create_connection((address, EXEC_CHANNEL_PORT), timeout=CONNECT_TIMEOUT_S)
     except OSError as exc:
-        raise ChannelUnavailable(f"no exec channel at {address}: {exc}") from exc
+        raise NothingListens(f"no exec channel at {address}: {exc}") from exc
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(ANSWER_TIMEOUT_S)
@@ -150,6 +161,9 @@ def starter(runtime_name: str, read_address: Callable[[], str | None], fallback:
                 return start_over_channel(
                     address, channel_token(runtime_name), argv, cwd=cwd, env=env, stdin=stdin
                 )
+            except NothingListens:
+                _addresses.pop(runtime_name, None)
+                _restart(runtime_name, fallback)
             except ChannelUnavailable:
                 _addresses.pop(runtime_name, None)
             except BackendError:
@@ -158,6 +172,28 @@ def starter(runtime_name: str, read_address: Callable[[], str | None], fallback:
         return fallback(argv, cwd=cwd, env=env, stdin=stdin)
 
     return start
+
+
+# When this process last started each runtime's channel again, by runtime name.
+_restarted: dict[str, float] = {}
+# Detached from the exec that starts it (its own session, no stdio of the exec's), as
+# the entrypoint starts it; the runtime's environment holds the token.
+_START_CHANNEL = ["sh", "-c", 'exec setsid -f "$@" </dev/null >/dev/null 2>&1', "sh"]
+
+
+def _restart(runtime_name: str, fallback: Start) -> None:
+    """Starts the runtime's channel again through its own exec, as the sandbox user."""
+    now = time.monotonic()
+    if now - _restarted.get(runtime_name, now - RESTART_EVERY_S) < RESTART_EVERY_S:
+        return
+    _restarted[runtime_name] = now
+    try:
+        run_bounded(
+            fallback, [*_START_CHANNEL, *EXEC_CHANNEL], cwd="/", env={}, timeout_s=5,
+            output_limit=1024,
+        )  # fmt: skip
+    except BackendError as exc:  # the command still runs, through the runtime's exec
+        logger.warning("could not start the exec channel of %s again: %s", runtime_name, exc)
 
 
 class _ChannelExecution:

@@ -197,15 +197,22 @@ def test_neither_a_neighbour_nor_the_egress_proxy_reaches_a_sandboxs_channel(
             assert error_code(result) == "egress.private_destination"
 
 
-def test_a_killed_channel_leaves_commands_working_through_docker(
-    running_sandbox, owner, docker_client
+def test_a_killed_channel_leaves_commands_working_through_docker_and_comes_back(
+    running_sandbox, owner, docker_client, monkeypatch
 ):
     container = container_of(docker_client, running_sandbox)
+    address = address_of(docker_client, running_sandbox)
     killed = container.exec_run(["pkill", "-x", "-f", " ".join(EXEC_CHANNEL)], user="1000")
     assert killed.exit_code == 0
-    assert wait_for(lambda: listening(address_of(docker_client, running_sandbox)), False)
+    assert wait_for(lambda: listening(address), False)
     assert run(owner, ["echo", "still here"]) == "still here\n"
     assert channel.remembered(DockerBackend().container_name(str(running_sandbox.pk))) is None
+    # Started again, once, as the sandbox user: the next command needs no docker exec.
+    assert wait_for(lambda: listening(address), True)
+    monkeypatch.setattr(DockerBackend, "_runtime_starter", lambda self, name: None)
+    assert run(owner, ["echo", "back"]) == "back\n"
+    owners = container.exec_run(["pgrep", "-u", "1000", "-c", "-f", " ".join(EXEC_CHANNEL)])
+    assert owners.output.decode().strip() == "1"
 
 
 def test_an_address_now_another_sandboxs_runs_nothing_there(
