@@ -161,11 +161,18 @@ class AppCache:
         return {**ours, **own} if own else ours
 
 
+# Every App is loaded again this often, whatever the fingerprints say: a change made with
+# `update()` (a shell, a data migration) moves no `updated_at` (docs/decisions.md).
+FULL_RELOAD_EVERY_S = 60
+
+
 class ContextLoader:
     """Loads every sandbox's context; keeps the Apps between loads (`AppCache`)."""
 
-    def __init__(self):
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
         self.apps = AppCache()
+        self.apps_since = clock()
 
     def load(self) -> dict[str, SandboxContext]:
         """Every sandbox with a network address, keyed by that address."""
@@ -203,7 +210,13 @@ class ContextLoader:
             apps_by_sandbox.setdefault(session.sandbox_id, {})[str(session.pk)] = session_apps[
                 session.pk
             ]
-        self.apps.refresh(organization_ids)
+        if self.clock() - self.apps_since >= FULL_RELOAD_EVERY_S:
+            self.apps, self.apps_since = AppCache(), self.clock()
+        try:
+            self.apps.refresh(organization_ids)
+        except Exception:  # half-refreshed: the next load starts from nothing
+            self.apps, self.apps_since = AppCache(), self.clock()
+            raise
         api_host, api_port, api_https = url_endpoint(settings.QUOR_SANDBOX_API_URL)
 
         contexts = {}

@@ -39,6 +39,7 @@ from egress.decisions import (
     check_request_target,
     decide_app,
     decide_destination,
+    parse_destination_host,
     parse_request_target,
     prepare_request,
     upstream_host_header,
@@ -53,6 +54,9 @@ logger = logging.getLogger(__name__)
 
 SESSION_HEADER = "x-quor-session"
 READY_WAIT_SECONDS = 10
+# A sandbox that sends CONNECT and then nothing would hold a thread for ever (proxy.py's
+# idle timeout cannot run during a blocking handshake).
+SANDBOX_HANDSHAKE_TIMEOUT_S = 10
 
 
 class _ProcessState:
@@ -470,15 +474,15 @@ def serve_intercepted_tls_from_cache(files: ca.CaFiles) -> None:
     leaves = tls.LeafContexts(files)
 
     def wrap_client(self) -> bool:
-        host = _text(self.request.host)
         try:
+            host = parse_destination_host(_text(self.request.host))  # as the decision read it
             context = leaves.context_for(host)
-            self.client.connection.setblocking(True)
+            self.client.connection.settimeout(SANDBOX_HANDSHAKE_TIMEOUT_S)
             self.client.flush()  # the 200 answer to CONNECT, before the handshake
             self.client._conn = context.wrap_socket(self.client.connection, server_side=True)
             self.client.connection.setblocking(False)
-        except OSError as exc:  # the sandbox left, or refused the certificate
-            logger.warning("TLS with the sandbox failed for %s: %s", host, exc)
+        except (OSError, ValueError, Refusal) as exc:  # left, silent, refused the certificate
+            logger.warning("TLS with the sandbox failed for %r: %s", self.request.host, exc)
             return True
         return False
 

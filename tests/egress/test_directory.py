@@ -193,3 +193,31 @@ def test_the_fingerprint_changes_with_every_kind_of_change(hubs):
         change()
         seen.append(fingerprint())
     assert all(before != after for before, after in itertools.pairwise(seen))
+
+
+def test_a_change_that_moves_no_timestamp_is_seen_at_the_next_full_reload(sandbox, hubs):
+    """`update()` from a shell changes no `updated_at`: the fingerprints miss it, and
+    every App is loaded again at least every FULL_RELOAD_EVERY_S."""
+    now = [1000.0]
+    loader = directory.ContextLoader(clock=lambda: now[0])
+    assert decide(loader.load()[ADDRESS], "GET", "hub2.test").outcome == policy.FORWARD
+    AppAction.objects.filter(app=hubs[1]).update(policy="deny")
+    AppCredential.objects.filter(app=hubs[0]).update(secret="ghp_replaced-0123456789")
+    assert loader.load()[ADDRESS].app_credentials[hubs[0].pk] == (ORG_TOKEN, "organization")
+    now[0] += directory.FULL_RELOAD_EVERY_S
+    context = loader.load()[ADDRESS]
+    assert decide(context, "GET", "hub2.test").reason == "apps.action_denied"
+    assert context.app_credentials[hubs[0].pk] == ("ghp_replaced-0123456789", "organization")
+
+
+def test_a_refresh_that_fails_half_way_starts_from_nothing_next_time(loader, hubs, monkeypatch):
+    services.app_set_action_policy(app=hubs[1], key="repos.read", policy="deny")
+
+    def broken(apps):  # after the fingerprints were taken in
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(directory, "AppIndex", broken)
+    with pytest.raises(RuntimeError):
+        loader.load()
+    monkeypatch.undo()
+    assert decide(loader.load()[ADDRESS], "GET", "hub2.test").reason == "apps.action_denied"

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from egress import proxy_plugin
 from egress.models import EgressDecision
 from quor.models import ModelProvider
 from sandboxes.models import Sandbox
@@ -329,6 +330,29 @@ print(conn.getresponse().status, round(time.monotonic() - started, 3))
     status, seconds = result.stdout.decode().split()
     assert status == "200"
     assert float(seconds) < 2
+
+
+def test_a_sandbox_silent_after_connect_to_an_intercepted_host_is_dropped(sandbox, owner):
+    """Without a deadline the proxy's blocking handshake would hold a thread for ever."""
+    silent = r"""
+import base64, os, socket, time, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+auth = base64.b64encode(f"{urllib.parse.unquote(proxy.username)}:{urllib.parse.unquote(proxy.password)}".encode()).decode()
+s = socket.create_connection((proxy.hostname, proxy.port))
+s.sendall(f"CONNECT provider.test:18443 HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
+s.settimeout(40)
+started, answer = time.monotonic(), b""
+try:
+    while chunk := s.recv(4096):
+        answer += chunk
+except OSError:
+    pass
+print(answer.split(b"\r\n")[0].decode(), "|", round(time.monotonic() - started, 1))
+"""
+    result = services.sandbox_exec(user=owner, argv=["python3", "-c", silent], timeout_s=60)
+    status_line, seconds = result.stdout.decode().rsplit("|", 1)
+    assert " 200 " in status_line, result
+    assert proxy_plugin.SANDBOX_HANDSHAKE_TIMEOUT_S - 1 < float(seconds) < 30
 
 
 def test_oversized_bodies_are_refused_with_413(sandbox, owner):

@@ -2,7 +2,6 @@
 minute), never when the TTL is 0, and a name that stops resolving fails again."""
 
 import ipaddress
-import socket
 
 import pytest
 
@@ -20,11 +19,8 @@ class Clock:
 
 @pytest.fixture
 def dns_server():
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = FakeDnsServer("127.0.0.1", port)
-    yield server, f"127.0.0.1:{port}"
+    server = FakeDnsServer("127.0.0.1", 0)  # a port of its own
+    yield server, f"127.0.0.1:{server.sock.getsockname()[1]}"
     server.close()
 
 
