@@ -2,7 +2,8 @@
 
 It speaks the real server's wire format for exactly what the Kubernetes backend calls:
 core/v1 pods (create, read, list, watch, delete, exec, log), persistentvolumeclaims
-(create, read, list, delete) and services (read): JSON objects with server-side defaults,
+(create, read, list, delete), secrets (create, read, delete; a container's env may take a
+key of one) and services (read): JSON objects with server-side defaults,
 Status error bodies with the real codes, reasons and messages, label and field selectors,
 a global resourceVersion stamped on every change, watches that replay from a version and
 answer an expired one with a 410 Expired ERROR event, and the exec WebSocket with the
@@ -891,8 +892,21 @@ def _validate_container(
                 "a valid environment variable name must consist of alphabetic characters, digits, "
                 "'_', '-', or '.', and must not start with a digit",
             )
-        if "valueFrom" in variable:
-            errors.not_modelled(f"{field}.env[{i}].valueFrom")
+        source = variable.get("valueFrom")
+        if source is not None:
+            reference = source.get("secretKeyRef") if isinstance(source, dict) else None
+            if set(source) != {"secretKeyRef"} or not isinstance(reference, dict):
+                errors.not_modelled(f"{field}.env[{i}].valueFrom")
+            elif set(reference) - {"name", "key"}:
+                errors.not_modelled(f"{field}.env[{i}].valueFrom.secretKeyRef")
+            elif not reference.get("key"):
+                errors.required(f"{field}.env[{i}].valueFrom.secretKeyRef.key")
+            elif "value" in variable:
+                errors.invalid(
+                    f"{field}.env[{i}].valueFrom",
+                    "",
+                    "may not be specified when `value` is not empty",
+                )
     _validate_container_security(
         errors, f"{field}.securityContext", container.get("securityContext") or {}
     )
@@ -998,6 +1012,33 @@ def new_claim(body: dict, namespace: str) -> dict:
         "metadata": meta,
         "spec": spec,
         "status": {"phase": "Pending"},
+    }
+
+
+def new_secret(body: dict, namespace: str) -> dict:
+    """The stored Secret: `stringData` merged into `data`, every value base64."""
+    meta = _new_metadata(body, namespace, "Secret")
+    errors = FieldErrors()
+    _check_metadata(errors, meta)
+    data = dict(_expect(body.get("data"), dict, "Secret.data", "Secret") or {})
+    for key, value in data.items():
+        try:
+            base64.b64decode(value, validate=True)
+        except (TypeError, ValueError):
+            raise bad_request(
+                f"json: cannot unmarshal into Go struct field Secret.data of type []uint8 ({key})"
+            ) from None
+    for key, value in (_expect(body.get("stringData"), dict, "Secret.stringData") or {}).items():
+        data[key] = base64.b64encode(str(value).encode()).decode()
+    if body.get("immutable"):
+        errors.not_modelled("immutable")
+    errors.raise_if_any("Secret", meta.get("name", ""))
+    return {
+        "kind": "Secret",
+        "apiVersion": "v1",
+        "metadata": meta,
+        "type": body.get("type") or "Opaque",
+        "data": data,
     }
 
 
@@ -1468,7 +1509,21 @@ class _PodWorker:
                     }
                 )
         for variable in container.get("env") or []:
-            environment[variable["name"]] = variable.get("value", "")
+            reference = (variable.get("valueFrom") or {}).get("secretKeyRef")
+            if reference is None:
+                environment[variable["name"]] = variable.get("value", "")
+                continue
+            secret = self.fake.store.get("secrets", self.namespace, reference.get("name", ""))
+            if secret is None or reference["key"] not in (secret.get("data") or {}):
+                raise ValueError(  # the kubelet's CreateContainerConfigError
+                    f'secret "{reference.get("name", "")}" not found'
+                    if secret is None
+                    else f"couldn't find key {reference['key']} in Secret {self.namespace}/"
+                    f"{reference['name']}"
+                )
+            environment[variable["name"]] = base64.b64decode(
+                secret["data"][reference["key"]]
+            ).decode()
         return environment
 
     def _mounts(self, container: dict) -> list[Mount]:
@@ -2212,6 +2267,9 @@ class FakeKubernetes:
         app.router.add_post(f"{namespaced}/persistentvolumeclaims", self._create_claim)
         app.router.add_get(f"{namespaced}/persistentvolumeclaims/{{name}}", self._read_claim)
         app.router.add_delete(f"{namespaced}/persistentvolumeclaims/{{name}}", self._delete_claim)
+        app.router.add_post(f"{namespaced}/secrets", self._create_secret)
+        app.router.add_get(f"{namespaced}/secrets/{{name}}", self._read_secret)
+        app.router.add_delete(f"{namespaced}/secrets/{{name}}", self._delete_secret)
         app.router.add_get(f"{namespaced}/services/{{name}}", self._read_service)
         return app
 
@@ -2508,11 +2566,15 @@ class FakeKubernetes:
         return _json(claim, 201)
 
     def _claim(self, request: web.Request) -> dict:
+        return self._stored(request, "persistentvolumeclaims")
+
+    def _stored(self, request: web.Request, resource: str) -> dict:
+        """The object of `resource` the request's path names; 404 when there is none."""
         namespace, name = request.match_info["namespace"], request.match_info["name"]
-        claim = self.store.get("persistentvolumeclaims", namespace, name)
-        if claim is None:
-            raise not_found("persistentvolumeclaims", name)
-        return claim
+        found = self.store.get(resource, namespace, name)
+        if found is None:
+            raise not_found(resource, name)
+        return found
 
     async def _read_claim(self, request: web.Request) -> web.Response:
         return _json(self._claim(request))
@@ -2535,14 +2597,30 @@ class FakeKubernetes:
         self._background_call(self.release_claims, meta["namespace"])
         return _json(claim)
 
+    # secrets
+
+    async def _create_secret(self, request: web.Request) -> web.Response:
+        namespace = request.match_info["namespace"]
+        secret = new_secret(_decode(await request.read(), "Secret"), namespace)
+        return _json(self.store.create("secrets", secret), 201)
+
+    async def _read_secret(self, request: web.Request) -> web.Response:
+        return _json(self._stored(request, "secrets"))
+
+    async def _delete_secret(self, request: web.Request) -> web.Response:
+        namespace, name = request.match_info["namespace"], request.match_info["name"]
+        secret = self.store.delete("secrets", namespace, name)
+        if secret is None:
+            raise not_found("secrets", name)
+        details = {"name": name, "kind": "secrets", "uid": secret["metadata"]["uid"]}
+        return _json(
+            {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": details}
+        )
+
     # services
 
     async def _read_service(self, request: web.Request) -> web.Response:
-        namespace, name = request.match_info["namespace"], request.match_info["name"]
-        service = self.store.get("services", namespace, name)
-        if service is None:
-            raise not_found("services", name)
-        return _json(service)
+        return _json(self._stored(request, "services"))
 
     # lists and watches
 

@@ -18,6 +18,7 @@ A pod cannot be stopped and started again: stop deletes it and keeps the claim, 
 next ensure makes a new pod on the same workspace.
 """
 
+import base64
 import contextlib
 import functools
 import json
@@ -67,6 +68,7 @@ COMPONENT_LABELS = {
 SANDBOX_CONTAINER = "sandbox"
 FIREWALL_CONTAINER = "quor-firewall"
 ARCHIVE_CONTAINER = "quor-archive"
+EXEC_SECRET_KEY = "token"  # noqa: S105  (the key's name in the Secret, not a secret)
 SERVICE_ACCOUNT = "quor-sandbox"
 ENTRYPOINT = "/usr/local/bin/quor-sandbox-entrypoint"
 RUN_DIR = "/run/quor"
@@ -136,6 +138,10 @@ def claim_name(deployment: str, sandbox_id: str) -> str:
     return f"quor-{deployment}-workspace-{sandbox_id}"
 
 
+def exec_secret_name(deployment: str, sandbox_id: str) -> str:
+    return f"quor-{deployment}-exec-{sandbox_id}"
+
+
 def identity_labels(deployment: str, sandbox_id: str) -> dict[str, str]:
     return {**COMPONENT_LABELS, LABEL_DEPLOYMENT: deployment, LABEL_SANDBOX: sandbox_id}
 
@@ -168,7 +174,16 @@ def build_sandbox_pod(spec: SandboxSpec, place: PodPlacement) -> dict:
         **firewall_env,
         "HOME": "/home/sandbox",
         "USER": "sandbox",
-        "QUOR_EXEC_TOKEN": channel.channel_token(pod_name(place.deployment, spec.sandbox_id)),
+    }
+    # From the pod's Secret, not written in the pod: whoever may read pods may not read it.
+    exec_token = {
+        "name": "QUOR_EXEC_TOKEN",
+        "valueFrom": {
+            "secretKeyRef": {
+                "name": exec_secret_name(place.deployment, spec.sandbox_id),
+                "key": EXEC_SECRET_KEY,
+            }
+        },
     }
     sandbox_limits = {
         "cpu": f"{round(spec.cpus * 1000)}m",
@@ -221,7 +236,7 @@ def build_sandbox_pod(spec: SandboxSpec, place: PodPlacement) -> dict:
                 # exec channel, then becomes the keep-alive.
                 "command": ["/usr/bin/tini", "--", ENTRYPOINT, "--quor-dropped", *KEEP_ALIVE],
                 "workingDir": WORKSPACE,
-                "env": _env_list(sandbox_env),
+                "env": [*_env_list(sandbox_env), exec_token],
                 "securityContext": _restricted(user=SANDBOX_UID),
                 "resources": {"requests": sandbox_limits, "limits": sandbox_limits},
                 "volumeMounts": [
@@ -287,6 +302,22 @@ def build_workspace_claim(
             "labels": identity_labels(deployment, sandbox_id),
         },
         "spec": claim_spec,
+    }
+
+
+def build_exec_secret(sandbox_id: str, *, namespace: str, deployment: str) -> dict:
+    """The token of the pod's exec channel (`channel.channel_token` of the pod's name)."""
+    token = channel.channel_token(pod_name(deployment, sandbox_id))
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": exec_secret_name(deployment, sandbox_id),
+            "namespace": namespace,
+            "labels": identity_labels(deployment, sandbox_id),
+        },
+        "type": "Opaque",
+        "data": {EXEC_SECRET_KEY: base64.b64encode(token.encode()).decode()},
     }
 
 
@@ -475,6 +506,7 @@ class KubernetesBackend(SandboxBackend):
             current = None
         self._ensure_claim(spec.sandbox_id)  # after the pod: a claim in use is not deleted
         if current is None:
+            self._ensure_exec_secret(spec.sandbox_id)
             try:
                 self._call(self.core.create_namespaced_pod, self.namespace, pod)
             except ApiException as exc:
@@ -483,6 +515,16 @@ class KubernetesBackend(SandboxBackend):
         running = self._wait_until_running(name)
         self._verify_firewall(spec.sandbox_id, running)
         return _status_of(running)
+
+    def _ensure_exec_secret(self, sandbox_id: str) -> None:
+        """Before the pod, which reads it at start. Its value depends only on the pod's
+        name, so one left by an earlier pod (a stop that died half-way) is the same."""
+        secret = build_exec_secret(sandbox_id, namespace=self.namespace, deployment=self.deployment)
+        try:
+            self._call(self.core.create_namespaced_secret, self.namespace, secret)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise _refused(exc) from exc
 
     def _ensure_claim(self, sandbox_id: str) -> None:
         claim = build_workspace_claim(
@@ -624,10 +666,13 @@ class KubernetesBackend(SandboxBackend):
         return _status_of(pod)
 
     def stop(self, sandbox_id: str) -> None:
-        """Deletes the pod (a pod does not restart); the workspace claim stays."""
+        """Deletes the pod (a pod does not restart), then its exec token; the workspace
+        claim stays."""
         name = self.pod_name(sandbox_id)
         self._delete(self.core.delete_namespaced_pod, name)
         self._wait_pod_gone(name)
+        secret = exec_secret_name(self.deployment, sandbox_id)
+        self._delete(self.core.delete_namespaced_secret, secret, grace_s=0)
 
     def destroy(self, sandbox_id: str, *, remove_workspace: bool) -> None:
         self.stop(sandbox_id)

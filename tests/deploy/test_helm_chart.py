@@ -372,6 +372,7 @@ def test_the_backend_gets_exactly_the_verbs_of_the_design_and_nothing_cluster_wi
         (("",), ("pods/exec",), frozenset({"get", "create"})),
         (("",), ("pods/log",), frozenset({"get"})),
         (("",), ("persistentvolumeclaims",), frozenset({"get", "list", "create", "delete"})),
+        (("",), ("secrets",), frozenset({"create", "delete"})),
     }
     assert all(
         "resourceNames" not in r

@@ -4,6 +4,7 @@ inside the pod, pods that end (evicted, a firewall that refuses to start, an ima
 cluster cannot get), an expired watch, an old server, commands and REST calls at once.
 The backend contract itself runs in test_contract.py."""
 
+import base64
 import dataclasses
 import time
 import uuid
@@ -17,6 +18,7 @@ from django.core.management.base import SystemCheckError
 from django.test import override_settings
 from kubernetes.client.rest import ApiException
 
+from sandboxes.backends import channel
 from sandboxes.backends.base import BackendError, BackendUnavailable, StartUpChecks
 from sandboxes.backends.docker import sandbox_network_gateway
 from sandboxes.backends.kubernetes import (
@@ -25,6 +27,7 @@ from sandboxes.backends.kubernetes import (
     KubernetesBackend,
     _KubernetesExecution,
     _refused,
+    exec_secret_name,
 )
 from sandboxes.image import EXEC_CHANNEL
 from tests.docker_helpers import canary_server
@@ -341,3 +344,27 @@ def test_commands_reach_the_pod_through_its_exec_channel_not_the_api_servers_exe
         time.sleep(0.05)
     assert run(backend, sid, ["echo", "by the API server"]).stdout == b"by the API server\n"
     assert channel.remembered(backend.pod_name(sid)) is None
+
+
+def test_the_exec_token_is_in_a_secret_of_the_pods_own_not_in_the_pod(cluster, started):
+    """Whoever may read pods reads no token; the sandbox container still gets it (its
+    channel answers), and stopping the pod removes it."""
+    backend, start = started
+    spec = start()
+    client = api(cluster)
+    pod = client.read_namespaced_pod(backend.pod_name(spec.sandbox_id), backend.namespace)
+    token = channel.channel_token(backend.pod_name(spec.sandbox_id))
+    assert token not in str(pod.to_dict())
+    secret_name = exec_secret_name(backend.deployment, spec.sandbox_id)
+    secret = client.read_namespaced_secret(secret_name, backend.namespace)
+    assert base64.b64decode(secret.data["token"]).decode() == token
+    address = backend.status(spec.sandbox_id).network_address
+    answer = channel.run_over_channel(backend.pod_name(spec.sandbox_id), address, ["id", "-u"])
+    assert answer.stdout == b"1000\n"
+
+    backend.stop(spec.sandbox_id)
+    with pytest.raises(ApiException) as gone:
+        client.read_namespaced_secret(secret_name, backend.namespace)
+    assert gone.value.status == 404
+    backend.ensure(spec)  # made again, with the pod
+    assert client.read_namespaced_secret(secret_name, backend.namespace).data == secret.data

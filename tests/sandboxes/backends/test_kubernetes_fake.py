@@ -618,6 +618,40 @@ def test_exec_in_a_missing_pod_or_without_a_container_name_is_refused_before_the
     assert "a container name must be specified for pod sandbox-pod" in raised.value.reason
 
 
+def test_a_container_takes_a_key_of_a_secret_and_a_missing_secret_is_a_config_error(
+    api, configuration, namespace
+):
+    secret = {"metadata": {"name": "token"}, "stringData": {"value": "s3cret"}}
+    api.create_namespaced_secret(namespace, secret)
+    assert api.read_namespaced_secret("token", namespace).data == {"value": "czNjcmV0"}
+
+    def env_from(secret_name):
+        reference = {"secretKeyRef": {"name": secret_name, "key": "value"}}
+        return [
+            container(
+                "main", ["sleep", "infinity"], env=[{"name": "TOKEN", "valueFrom": reference}]
+            )
+        ]
+
+    api.create_namespaced_pod(namespace, pod_manifest("with-secret", env_from("token")))
+    wait_for(lambda: phase_of(api, namespace, "with-secret"), lambda phase: phase == "Running")
+    out, _, _, _ = run_in(configuration, namespace, "with-secret", ["sh", "-c", "echo $TOKEN"])
+    assert out == b"s3cret\n"
+    api.create_namespaced_pod(namespace, pod_manifest("without-secret", env_from("absent")))
+    waiting = wait_for(
+        lambda: state_of(read_pod(api, namespace, "without-secret")["status"], "main"),
+        lambda state: "waiting" in state and state["waiting"]["reason"] != "ContainerCreating",
+    )
+    assert waiting["waiting"] == {
+        "reason": "CreateContainerConfigError",
+        "message": 'secret "absent" not found',
+    }
+    api.delete_namespaced_secret("token", namespace)
+    with pytest.raises(ApiException) as gone:
+        api.read_namespaced_secret("token", namespace)
+    assert gone.value.status == 404
+
+
 def test_a_failing_init_container_fails_the_pod(api, configuration, namespace):
     pod = pod_manifest(
         "init-fails",

@@ -2,16 +2,21 @@
 cluster: every field that keeps the sandbox contained, and strict validation against the
 Kubernetes schemas of the oldest and newest versions Quor supports."""
 
+import base64
+import json
+
 import kubernetes_validate
 import pytest
 from kubernetes.client import V1PersistentVolumeClaim, V1Pod
 
+from sandboxes.backends import channel
 from sandboxes.backends.base import UnsafeSandboxSpec
 from sandboxes.backends.kubernetes import (
     ARCHIVE_CONTAINER,
     FIREWALL_CONTAINER,
     SANDBOX_CONTAINER,
     PodPlacement,
+    build_exec_secret,
     build_sandbox_pod,
     build_workspace_claim,
     check_server_version,
@@ -56,7 +61,8 @@ def containers(pod) -> dict[str, dict]:
 
 
 def env_of(container) -> dict[str, str]:
-    return {item["name"]: item["value"] for item in container["env"]}
+    """The variables given by value (the exec token comes from a Secret)."""
+    return {item["name"]: item["value"] for item in container["env"] if "value" in item}
 
 
 @pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
@@ -69,7 +75,9 @@ def test_the_pod_and_the_claim_validate_strictly_against_each_supported_version(
     claim = build_workspace_claim(
         spec.sandbox_id, namespace="ns", deployment="prod", size="10Gi", storage_class="fast"
     )
-    for manifest in (build_sandbox_pod(spec, placement()), build_sandbox_pod(spec, full), claim):
+    secret = build_exec_secret(spec.sandbox_id, namespace="ns", deployment="prod")
+    pods = (build_sandbox_pod(spec, placement()), build_sandbox_pod(spec, full))
+    for manifest in (*pods, claim, secret):
         kubernetes_validate.validate(manifest, version, strict=True)
     V1Pod.model_validate(build_sandbox_pod(spec, full))  # the client's own models agree
     V1PersistentVolumeClaim.model_validate(claim)
@@ -136,6 +144,23 @@ def test_the_sandbox_container_gets_the_specs_environment_but_not_the_ca_certifi
     environment = env_of(containers(pod)[SANDBOX_CONTAINER])
     assert environment["HTTP_PROXY"] == "http://10.96.0.20:8899"
     assert "QUOR_EGRESS_CA_CERT" not in environment
+
+
+def test_the_exec_token_comes_from_the_pods_own_secret_and_is_written_nowhere_in_the_pod(spec, pod):
+    token = channel.channel_token(pod["metadata"]["name"])
+    assert token not in json.dumps(pod)
+    sandbox_env = containers(pod)[SANDBOX_CONTAINER]["env"]
+    [entry] = [e for e in sandbox_env if e["name"] == "QUOR_EXEC_TOKEN"]
+    secret = build_exec_secret(spec.sandbox_id, namespace="ns", deployment="prod")
+    assert entry == {
+        "name": "QUOR_EXEC_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": secret["metadata"]["name"], "key": "token"}},
+    }
+    assert base64.b64decode(secret["data"]["token"]).decode() == token
+    assert secret["metadata"]["labels"].items() <= pod["metadata"]["labels"].items()
+    for name, container in containers(pod).items():
+        if name != SANDBOX_CONTAINER:
+            assert "QUOR_EXEC_TOKEN" not in json.dumps(container)
 
 
 def test_cpu_memory_and_disk_are_requested_and_limited_and_the_workspace_is_sized(spec, pod):
