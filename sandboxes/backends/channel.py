@@ -188,12 +188,17 @@ def _restart(runtime_name: str, fallback: Start) -> None:
         return
     _restarted[runtime_name] = now
     try:
-        run_bounded(
+        started = run_bounded(
             fallback, [*_START_CHANNEL, *EXEC_CHANNEL], cwd="/", env={}, timeout_s=5,
             output_limit=1024,
         )  # fmt: skip
-    except BackendError as exc:  # the command still runs, through the runtime's exec
+    except Exception as exc:  # best effort: the command itself still goes through the fallback
         logger.warning("could not start the exec channel of %s again: %s", runtime_name, exc)
+        return
+    if started.exit_code != 0:
+        logger.warning(
+            "starting the exec channel of %s again exited %s", runtime_name, started.exit_code
+        )
 
 
 class _ChannelExecution:
