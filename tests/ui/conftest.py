@@ -80,7 +80,20 @@ class BrowserPages:
         page.on("requestfinished", lambda r: self.unanswered.pop(r, None))
         page.on("requestfailed", self._note_failed_request)
         page.goto(QUOR + path)
+        self._reload_after_a_network_change(page)
         return page
+
+    def _reload_after_a_network_change(self, page) -> None:
+        """Docker adding or removing a sandbox's network interface on this host makes
+        Chromium abort what it is loading (net::ERR_NETWORK_CHANGED; seen in CI on the
+        files panel's script). A user's browser never runs beside the sandboxes' bridge:
+        the page is loaded again, at most twice."""
+        for _ in range(2):
+            changed = [f for f in self.failed if "ERR_NETWORK_CHANGED" in f]
+            if not changed:
+                return
+            self.failed = [f for f in self.failed if f not in changed]
+            page.reload()
 
     def _note_policy_violation(self, message):
         """Chromium reports what the Content-Security-Policy blocked as a console error:

@@ -346,7 +346,9 @@ def test_a_watch_from_an_expired_version_gets_410_expired(fake, api, namespace):
     events = kubernetes.watch.Watch().stream(
         api.list_namespaced_pod, namespace, resource_version=now, timeout_seconds=1
     )
-    assert list(events) == []
+    # From a current version: no 410, only what happens next (the kubelet may still be
+    # updating the pod's status).
+    assert {event["type"] for event in events} <= {"MODIFIED"}
 
 
 def test_a_services_cluster_ip_and_ports_are_readable(fake, api, namespace):
