@@ -26,6 +26,3 @@ class LruCache:
             self._entries.move_to_end(key)
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)
-
-    def __len__(self):
-        return len(self._entries)
