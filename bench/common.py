@@ -7,6 +7,26 @@ import subprocess
 from pathlib import Path
 
 
+def own_environment(*, database: str, redis_db: int, work: Path, **quor: str) -> None:
+    """A bench's own environment, before Django starts: no QUOR_ variable of the
+    caller's, development settings, its own database, Redis db and scratch directory,
+    and the QUOR_ values given (by their names without the prefix)."""
+    for name in [n for n in os.environ if n.startswith("QUOR_")]:
+        del os.environ[name]
+    os.environ.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "quor.settings",
+            "QUOR_DEBUG": "1",
+            "DATABASE_URL": f"postgresql:///{database}",
+            "REDIS_URL": f"redis://127.0.0.1:6379/{redis_db}",
+            "QUOR_FILE_STORE_DIR": str(work / "files"),
+            "QUOR_EGRESS_CA_DIR": str(work / "egress-ca"),
+            "PYTHONUNBUFFERED": "1",
+            **{f"QUOR_{name}": value for name, value in quor.items()},
+        }
+    )
+
+
 def port_open(host: str, port: int) -> bool:
     try:
         socket.create_connection((host, port), timeout=0.5).close()
@@ -71,6 +91,20 @@ def remove_network() -> str:
         return f"network {backend.network_name}: already absent"
     network.remove()
     return f"network {backend.network_name}: removed"
+
+
+def p99(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+
+
+def summary_p99(name: str, samples: list[float], *, width: int = 36, digits: int = 2) -> str:
+    """One line: count, min, median and p99, in milliseconds."""
+    import statistics
+
+    figures = (min(samples), statistics.median(samples), p99(samples))
+    low, middle, high = (f"{value * 1000:7.{digits}f}" for value in figures)
+    return f"{name:<{width}} n={len(samples):<4} min={low} ms  median={middle} ms  p99={high} ms"
 
 
 def ms(seconds) -> str:

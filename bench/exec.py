@@ -41,10 +41,13 @@ sys.path.insert(0, str(ROOT))
 from bench.common import (  # noqa: E402
     bench_member,
     ensure_database,
+    own_environment,
+    p99,
     port_open,
     remove_network,
     start_process_group,
     stop_process_group,
+    summary_p99,
 )
 
 WORK = Path("/tmp/quor-bench-exec")  # noqa: S108  (the bench's own scratch directory)
@@ -52,21 +55,13 @@ DATABASE = "quor_bench_exec"
 WEB_PORT = 33000
 BIG_FILE_MB = 100
 
-for _name in [n for n in os.environ if n.startswith("QUOR_")]:
-    del os.environ[_name]
-os.environ.update(
-    {
-        "DJANGO_SETTINGS_MODULE": "quor.settings",
-        "QUOR_DEBUG": "1",
-        "QUOR_DEPLOYMENT": "benchexec",
-        "QUOR_SANDBOX_SUBNET": "10.242.0.0/24",
-        "QUOR_EGRESS_PROXY_PORT": "33899",
-        "DATABASE_URL": f"postgresql:///{DATABASE}",
-        "REDIS_URL": "redis://127.0.0.1:6379/10",
-        "QUOR_FILE_STORE_DIR": str(WORK / "files"),
-        "QUOR_EGRESS_CA_DIR": str(WORK / "egress-ca"),
-        "PYTHONUNBUFFERED": "1",
-    }
+own_environment(
+    database=DATABASE,
+    redis_db=10,
+    work=WORK,
+    DEPLOYMENT="benchexec",
+    SANDBOX_SUBNET="10.242.0.0/24",
+    EGRESS_PROXY_PORT="33899",
 )
 
 import django  # noqa: E402
@@ -78,15 +73,6 @@ from django.core.management import call_command  # noqa: E402
 
 from sandboxes.backends.docker import DockerBackend  # noqa: E402
 from sandboxes.backends.execution import run_bounded  # noqa: E402
-
-
-def summary(name: str, samples: list[float]) -> str:
-    ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-    return (
-        f"{name:<36} n={len(samples):<4} min={ordered[0] * 1000:7.2f} ms  "
-        f"median={statistics.median(ordered) * 1000:7.2f} ms  p99={p99 * 1000:7.2f} ms"
-    )
 
 
 def timed(call) -> float:
@@ -220,7 +206,7 @@ def main() -> None:
             if time.monotonic() > deadline:
                 raise SystemExit(f"daphne did not start: see {WORK / 'daphne.log'}")
             time.sleep(0.1)
-        sandbox_id = str(sandbox.pk)
+        sandbox_id = sandbox.backend_sandbox_id
         api_execs(str(session.pk), token, 10)  # warm-up: imports, connections
         at_backend = backend_execs(backend, sandbox_id, args.execs)
         through_api = api_execs(str(session.pk), token, args.execs)
@@ -233,14 +219,13 @@ def main() -> None:
 
     print(f"image {settings.QUOR_SANDBOX_IMAGE}, {os.cpu_count()} CPUs, {args.execs} execs each")
     for name, samples in at_backend.items():
-        print(summary(f"exec `true`, {name}", samples))
-    print(summary("exec `true`, API (keep-alive)", through_api))
+        print(summary_p99(f"exec `true`, {name}", samples))
+    print(summary_p99("exec `true`, API (keep-alive)", through_api))
     docker_median = statistics.median(at_backend["docker exec (CLI)"])
-    channel = sorted(at_backend["channel"])
-    p99 = channel[min(len(channel) - 1, round(0.99 * (len(channel) - 1)))]
+    channel = at_backend["channel"]
     print(
         f"targets: channel median {statistics.median(channel) * 1000:.2f} ms (< 10), "
-        f"p99 {p99 * 1000:.2f} ms (< 30); API median / docker exec (CLI) median "
+        f"p99 {p99(channel) * 1000:.2f} ms (< 30); API median / docker exec (CLI) median "
         f"{statistics.median(through_api) / docker_median:.2f} (<= 0.5)"
     )
     rates = {}

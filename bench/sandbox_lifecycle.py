@@ -28,8 +28,8 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 
-from sandboxes.backends.base import SandboxSpec  # noqa: E402
 from sandboxes.backends.docker import DockerBackend  # noqa: E402
+from sandboxes.runtime.pool import runtime_spec  # noqa: E402
 
 
 def summary(name: str, samples: list[float]) -> str:
@@ -38,16 +38,6 @@ def summary(name: str, samples: list[float]) -> str:
     return (
         f"{name:<28} n={len(samples):<4} min={ordered[0] * 1000:8.1f} ms  "
         f"median={statistics.median(ordered) * 1000:8.1f} ms  p95={p95 * 1000:8.1f} ms"
-    )
-
-
-def spec(sandbox_id: str) -> SandboxSpec:
-    return SandboxSpec(
-        sandbox_id=sandbox_id,
-        image=settings.QUOR_SANDBOX_IMAGE,
-        cpus=settings.QUOR_SANDBOX_CPUS,
-        memory_bytes=settings.QUOR_SANDBOX_MEMORY_MB * 1024 * 1024,
-        pids_limit=settings.QUOR_SANDBOX_PIDS,
     )
 
 
@@ -72,7 +62,7 @@ def main() -> None:
         sandbox_id = str(uuid.uuid4())
         try:
             started = time.perf_counter()
-            backend.ensure(spec(sandbox_id))
+            backend.ensure(runtime_spec(sandbox_id))
             run_true(backend, sandbox_id)
             cold.append(time.perf_counter() - started)
             for _ in range(args.execs // args.runs):

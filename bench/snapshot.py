@@ -128,7 +128,7 @@ def fill_workspace(sandbox, session, args) -> int:
 
     directory = services.session_workspace_ensure(session=session)
     result = services.get_backend(sandbox.backend).exec(
-        str(sandbox.pk),
+        sandbox.backend_sandbox_id,
         ["python3", "-c", MAKE_WORKSPACE, directory, str(args.source_mb), str(args.binaries),
          str(args.binary_mb)],
         cwd=directory, env={}, timeout_s=600, output_limit=1 << 16,
@@ -141,7 +141,7 @@ def fill_workspace(sandbox, session, args) -> int:
 def volume_directory(sandbox) -> Path:
     from sandboxes.backends.docker import DockerBackend
 
-    name = DockerBackend().volume_name(str(sandbox.pk))
+    name = DockerBackend().volume_name(sandbox.backend_sandbox_id)
     inspected = subprocess.run(  # noqa: S603
         ["docker", "volume", "inspect", "-f", "{{.Mountpoint}}", name],  # noqa: S607
         capture_output=True, text=True, check=True,

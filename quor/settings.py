@@ -222,6 +222,7 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     "sleep-idle-sandboxes": {"task": "sandboxes.tasks.sleep_idle_sandboxes", "schedule": 60.0},
     "reconcile-sandboxes": {"task": "sandboxes.tasks.reconcile_sandboxes", "schedule": 300.0},
+    "refill-pool": {"task": "sandboxes.tasks.refill_pool", "schedule": 30.0},
     "requeue-pending-turns": {"task": "sandboxes.tasks.requeue_pending_turns", "schedule": 60.0},
     "fail-lost-turns": {"task": "sandboxes.tasks.fail_lost_turns", "schedule": 60.0},
     # Starts due scheduled tasks: on the default queue, not behind slow sandbox work;
@@ -298,6 +299,10 @@ QUOR_EXEC_DEFAULT_TIMEOUT = envint("QUOR_EXEC_DEFAULT_TIMEOUT", 120)
 QUOR_EXEC_MAX_TIMEOUT = envint("QUOR_EXEC_MAX_TIMEOUT", 3600)
 # A running sandbox with no activity for this long is marked idle (seconds).
 QUOR_SANDBOX_IDLE_SECONDS = envint("QUOR_SANDBOX_IDLE_SECONDS", 30 * 60)
+# Ready, unassigned sandboxes kept per backend (the warm pool), and how long one waits to
+# be taken before it is replaced (seconds).
+QUOR_SANDBOX_POOL_SIZE = envint("QUOR_SANDBOX_POOL_SIZE", 2)
+QUOR_SANDBOX_POOL_MAX_AGE_SECONDS = envint("QUOR_SANDBOX_POOL_MAX_AGE_SECONDS", 6 * 3600)
 # Snapshots kept per sandbox (sleep and wake only; older ones are deleted).
 QUOR_SNAPSHOT_KEEP = envint("QUOR_SNAPSHOT_KEEP", 2)
 # URL at which sandboxes reach Quor's API (through the egress proxy, the one private

@@ -7,6 +7,7 @@ from sandboxes.models import (
     AgentEvent,
     Attachment,
     LibraryFile,
+    PooledRuntime,
     Sandbox,
     Session,
     Skill,
@@ -28,10 +29,11 @@ class SandboxAdmin(admin.ModelAdmin):
         "failure_reason",
     ]
     list_filter = ["state", "backend", "network_policy"]
-    search_fields = ["user__email", "runtime_id", "id"]
+    search_fields = ["user__email", "runtime_id", "id", "runtime_key"]
     list_select_related = ["user"]
     readonly_fields = [
         "id",
+        "runtime_key",
         "runtime_id",
         "image_ref",
         "created_at",
@@ -39,6 +41,15 @@ class SandboxAdmin(admin.ModelAdmin):
         "last_activity_at",
         "has_workspace",
     ]
+
+
+@admin.register(PooledRuntime)
+class PooledRuntimeAdmin(ReadOnlyAdmin, admin.ModelAdmin):
+    """The warm pool as it stands: made and removed by the refill task only."""
+
+    list_display = ["key", "backend", "state", "image_ref", "network_address", "created_at"]
+    list_filter = ["backend", "state"]
+    readonly_fields = [*list_display, "runtime_id", "ready_at"]
 
 
 @admin.register(WorkspaceReset)

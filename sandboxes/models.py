@@ -49,6 +49,12 @@ class Sandbox(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sandbox"
     )
     backend = models.CharField(max_length=20, default="docker")
+    runtime_key = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The id its runtime and workspace carry in the backend, when they came "
+        "from the warm pool; blank: its own id.",
+    )
     runtime_id = models.CharField(max_length=200, blank=True, help_text="Container id.")
     image_ref = models.CharField(max_length=200, blank=True, help_text="Image id it runs.")
     state = models.CharField(max_length=20, choices=State.choices, default=State.ABSENT)
@@ -91,6 +97,40 @@ class Sandbox(models.Model):
 
     def __str__(self):
         return f"sandbox of {self.user}"
+
+    @property
+    def backend_sandbox_id(self) -> str:
+        """What every backend call names this sandbox by."""
+        return self.runtime_key or str(self.pk)
+
+
+def new_pool_key() -> str:
+    return str(uuid.uuid4())
+
+
+class PooledRuntime(models.Model):
+    """A ready runtime (and its empty workspace) that no sandbox has taken yet: it holds
+    no user's data, identity or placeholder. A sandbox that takes one deletes its row and
+    goes on under its key (Sandbox.runtime_key)."""
+
+    class State(models.TextChoices):
+        CREATING = "creating", "Creating"
+        READY = "ready", "Ready"
+
+    key = models.CharField(max_length=64, primary_key=True, default=new_pool_key, editable=False)
+    backend = models.CharField(max_length=20)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.CREATING)
+    image_ref = models.CharField(max_length=200, blank=True)
+    runtime_id = models.CharField(max_length=200, blank=True)
+    network_address = models.GenericIPAddressField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    ready_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at"]
+
+    def __str__(self):
+        return f"pooled runtime {self.key} ({self.state})"
 
 
 class WorkspaceReset(models.Model):

@@ -17,7 +17,11 @@ from sandboxes import image
 from sandboxes.backends import get_backend
 from sandboxes.backends.base import BackendError
 from sandboxes.models import Sandbox, Session
-from sandboxes.runtime.services import sandbox_touch, session_proxy_environment, session_workspace
+from sandboxes.runtime.services import (
+    sandbox_identity_environment,
+    sandbox_touch,
+    session_workspace,
+)
 from sandboxes.sessions.events import session_events_append
 from sandboxes.sessions.services import app_token_placeholders
 from webapps.models import WebApp
@@ -254,10 +258,13 @@ def webapps_restart(sandbox: Sandbox) -> list[WebApp]:
     for webapp in webapps.select_related("session"):
         session = webapp.session
         argv = image.restart_web_app_argv(webapp.command, webapp.port)
-        env = {**session_proxy_environment(session), **app_token_placeholders(session)}
+        env = {
+            **sandbox_identity_environment(sandbox, session=session),
+            **app_token_placeholders(session),
+        }
         try:
             result = backend.exec(
-                str(sandbox.pk),
+                sandbox.backend_sandbox_id,
                 argv,
                 cwd=session_workspace(session),
                 env=env,

@@ -340,24 +340,40 @@ class DockerBackend(SandboxBackend):
         except RuntimeMissing:
             pass
         except APIError as exc:
-            if exc.status_code != 404:
+            if exc.status_code == 409 and "already in progress" in str(exc):
+                self._wait_until_removed(sandbox_id)  # another process removes it
+            elif exc.status_code != 404:
                 raise BackendError(f"Docker refused to remove the sandbox: {exc}") from exc
         if remove_workspace:
             with contextlib.suppress(NotFound):
                 self.client.volumes.get(self.volume_name(sandbox_id)).remove(force=True)
 
+    def _wait_until_removed(self, sandbox_id: str) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                self._container(sandbox_id)
+            except RuntimeMissing:
+                return
+            time.sleep(0.05)
+        raise BackendError(
+            f"the sandbox's container was still being removed after {READY_TIMEOUT_S} s"
+        )
+
     def list_instances(self) -> list[RuntimeInstance]:
+        """One listing, without inspecting each container: one removed meanwhile (a pool
+        refill, a destroy) is simply not listed."""
         try:
-            containers = self.client.containers.list(
+            containers = self.api.containers(
                 all=True, filters={"label": f"{LABEL_DEPLOYMENT}={self.deployment}"}
             )
         except DockerException as exc:
             raise _unreachable(exc) from exc
         return [
             RuntimeInstance(
-                sandbox_id=c.labels.get(LABEL_SANDBOX, ""),
-                runtime_id=c.id,
-                running=c.status == "running",
+                sandbox_id=(c.get("Labels") or {}).get(LABEL_SANDBOX, ""),
+                runtime_id=c["Id"],
+                running=c.get("State") == "running",
             )
             for c in containers
         ]

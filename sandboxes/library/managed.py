@@ -58,7 +58,7 @@ def _run(backend, sandbox_id, argv):
 
 def sync_managed_area(*, session: Session) -> dict[str, int]:
     """Copies what changed, removes what went away, links the area into the session."""
-    backend, sandbox_id = get_backend(session.sandbox.backend), str(session.sandbox_id)
+    backend, sandbox_id = get_backend(session.sandbox.backend), session.sandbox.backend_sandbox_id
     wanted = managed_files(session)
     hashes = {path: file.sha256 for path, file in wanted.items()}
     current = _run(backend, sandbox_id, ["cat", f"{MANAGED}/{MANIFEST}"])

@@ -12,17 +12,15 @@ import posixpath
 import re
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from egress.ca import ensure_ca
-from egress.decisions import API_ALIAS, SANDBOX_PRINCIPAL, SESSION_PRINCIPAL_PREFIX
+from egress.decisions import SANDBOX_PRINCIPAL, SESSION_PRINCIPAL_PREFIX
 from quor.lib import metrics
 from quor.lib.errors import (
     CorruptBlob,
@@ -31,6 +29,7 @@ from quor.lib.errors import (
     InvalidInput,
     QuorError,
 )
+from quor.lib.locks import advisory_lock, advisory_try_lock
 from quor.lib.permissions import check_sandbox_access
 from quor.lib.tasks import send_on_commit
 from sandboxes import image
@@ -41,11 +40,11 @@ from sandboxes.backends.base import (
     ExecResult,
     FileRefused,
     RuntimeMissing,
-    SandboxSpec,
 )
 from sandboxes.backends.execution import with_timeout
 from sandboxes.image import SESSIONS_DIR, WORKSPACE
 from sandboxes.models import (
+    PooledRuntime,
     Sandbox,
     Session,
     Snapshot,
@@ -53,6 +52,7 @@ from sandboxes.models import (
     hash_token,
     new_secret_token,
 )
+from sandboxes.runtime.pool import pool_take, runtime_spec
 from sandboxes.runtime.snapshots import (
     SnapshotDamaged,
     good_snapshots,
@@ -124,17 +124,9 @@ def _lock_key(sandbox_id) -> str:
     return f"quor-sandbox:{sandbox_id}"
 
 
-@contextmanager
 def sandbox_lock(sandbox_id):
     """Serialises lifecycle work on one sandbox across processes."""
-    key = _lock_key(sandbox_id)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(hashtext(%s))", [key])
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [key])
+    return advisory_lock(_lock_key(sandbox_id))
 
 
 def _set_state(sandbox: Sandbox, state: str, **fields) -> None:
@@ -152,11 +144,28 @@ def proxy_environment(proxy_address: str, principal: str, token: str) -> dict[st
     }  # fmt: skip
 
 
-def session_proxy_environment(session: Session) -> dict[str, str]:
-    """Proxy settings carrying the session's own identity, for its commands."""
-    proxy_address = get_backend(session.sandbox.backend).egress_proxy_address()
-    principal = f"{SESSION_PRINCIPAL_PREFIX}{session.pk}"
-    return proxy_environment(proxy_address, principal, session.proxy_token)
+def sandbox_identity_environment(
+    sandbox: Sandbox, *, session: Session | None = None
+) -> dict[str, str]:
+    """What the sandbox's commands run with: placeholders stand in for every credential
+    (the proxy swaps in the real one), and the proxy settings carry the sandbox's
+    identity, or the session's for its commands. Sent with each command, never in the
+    runtime's own environment: a runtime from the warm pool holds none of it until a
+    command of its sandbox runs."""
+    proxy_address = get_backend(sandbox.backend).egress_proxy_address()
+    principal, token = (
+        (f"{SESSION_PRINCIPAL_PREFIX}{session.pk}", session.proxy_token)
+        if session
+        else (SANDBOX_PRINCIPAL, sandbox.proxy_token)
+    )
+    return {
+        **proxy_environment(proxy_address, principal, token),
+        "QUOR_API_TOKEN": sandbox.placeholder,
+        "QUOR_CREDENTIAL_PLACEHOLDER": sandbox.placeholder,
+        "ANTHROPIC_API_KEY": sandbox.placeholder,
+        "OPENAI_API_KEY": sandbox.placeholder,
+        "OPENROUTER_API_KEY": sandbox.placeholder,
+    }
 
 
 def stop_agent_process(*, session: Session) -> None:
@@ -166,7 +175,7 @@ def stop_agent_process(*, session: Session) -> None:
         return
     try:
         get_backend(sandbox.backend).exec(
-            str(sandbox.pk),
+            sandbox.backend_sandbox_id,
             image.stop_agent_argv(str(session.pk)),
             cwd=WORKSPACE,
             env={},
@@ -175,31 +184,6 @@ def stop_agent_process(*, session: Session) -> None:
         )
     except (RuntimeMissing, BackendError):
         return  # no runtime, no agent to stop
-
-
-def sandbox_environment(sandbox: Sandbox, proxy_address: str) -> dict[str, str]:
-    """Placeholders stand in for every credential; the proxy swaps in the real one."""
-    return {
-        **proxy_environment(proxy_address, SANDBOX_PRINCIPAL, sandbox.proxy_token),
-        "QUOR_API_URL": f"http://{API_ALIAS[0]}",
-        "QUOR_API_TOKEN": sandbox.placeholder,
-        "QUOR_CREDENTIAL_PLACEHOLDER": sandbox.placeholder,
-        "ANTHROPIC_API_KEY": sandbox.placeholder,
-        "OPENAI_API_KEY": sandbox.placeholder,
-        "OPENROUTER_API_KEY": sandbox.placeholder,
-        "QUOR_EGRESS_CA_CERT": ensure_ca(settings.QUOR_EGRESS_CA_DIR).cert_pem(),
-    }
-
-
-def sandbox_spec_for(sandbox: Sandbox, proxy_address: str) -> SandboxSpec:
-    return SandboxSpec(
-        sandbox_id=str(sandbox.pk),
-        image=settings.QUOR_SANDBOX_IMAGE,
-        cpus=settings.QUOR_SANDBOX_CPUS,
-        memory_bytes=settings.QUOR_SANDBOX_MEMORY_MB * 1024 * 1024,
-        pids_limit=settings.QUOR_SANDBOX_PIDS,
-        environment=sandbox_environment(sandbox, proxy_address),
-    )
 
 
 def get_or_create_sandbox(*, user) -> Sandbox:
@@ -250,7 +234,7 @@ def _ensure_running(sandbox: Sandbox, for_session: Session | None) -> Sandbox:
         if sandbox.state in (Sandbox.State.SLEEPING, Sandbox.State.RESTORING):
             return _wake(sandbox, backend)
         if sandbox.state in RUNTIME_STATES:  # SNAPSHOTTING: a sleep that died half-way
-            status = backend.status(str(sandbox.pk))
+            status = backend.status(sandbox.backend_sandbox_id)
             if status.running and not _should_upgrade(sandbox, status, backend, for_session):
                 _set_state(
                     sandbox, Sandbox.State.RUNNING, last_activity_at=timezone.now(), **IN_USE
@@ -258,8 +242,8 @@ def _ensure_running(sandbox: Sandbox, for_session: Session | None) -> Sandbox:
                 return sandbox
             if status.exists:
                 # A new image: replace the runtime, keep the workspace.
-                backend.destroy(str(sandbox.pk), remove_workspace=False)
-        if backend.workspace_exists(str(sandbox.pk)):
+                backend.destroy(sandbox.backend_sandbox_id, remove_workspace=False)
+        if backend.workspace_exists(sandbox.backend_sandbox_id):
             kept = IN_USE  # whatever the row said: the user's, and newer than any snapshot
         elif good_snapshots(sandbox).exists():
             return _wake(sandbox, backend)
@@ -271,7 +255,8 @@ def _ensure_running(sandbox: Sandbox, for_session: Session | None) -> Sandbox:
         _set_state(
             sandbox, Sandbox.State.PROVISIONING, failure_reason="", **kept, **_new_credential()
         )
-        _record_runtime(sandbox, _start_runtime(sandbox, backend), **IN_USE)
+        status = _start_runtime(sandbox, backend, from_pool=not kept)
+        _record_runtime(sandbox, status, **IN_USE)
     return sandbox
 
 
@@ -348,9 +333,13 @@ def _new_credential() -> dict:
 
 
 @metrics.sandbox_operation("start")
-def _start_runtime(sandbox: Sandbox, backend):
+def _start_runtime(sandbox: Sandbox, backend, *, from_pool: bool):
+    """A ready runtime from the warm pool when the sandbox has no workspace to keep,
+    else a new one (or its own, started again)."""
     try:
-        return backend.ensure(sandbox_spec_for(sandbox, backend.egress_proxy_address()))
+        return (from_pool and pool_take(sandbox, backend)) or backend.ensure(
+            runtime_spec(sandbox.backend_sandbox_id)
+        )
     except BackendError as exc:
         _set_state(sandbox, Sandbox.State.FAILED, failure_reason=str(exc))
         raise SandboxUnavailable(f"The sandbox could not be started: {exc}") from exc
@@ -424,7 +413,7 @@ def sandbox_sleep(*, sandbox: Sandbox, force: bool = False) -> Snapshot | None:
         if sandbox.state not in RUNTIME_STATES or not (force or sandbox_is_idle(sandbox)):
             return None
         backend = get_backend(sandbox.backend)
-        if not backend.status(str(sandbox.pk)).running:
+        if not backend.status(sandbox.backend_sandbox_id).running:
             return None  # nothing to snapshot; reconciliation deals with the row
         return _put_to_sleep(sandbox, backend)
 
@@ -453,7 +442,7 @@ def _put_to_sleep(sandbox: Sandbox, backend) -> Snapshot:
         newer_than_snapshot=False,
         **NO_RUNTIME,
     )
-    backend.destroy(str(sandbox.pk), remove_workspace=True)
+    backend.destroy(sandbox.backend_sandbox_id, remove_workspace=True)
     snapshots_prune(sandbox)
     return snapshot
 
@@ -462,7 +451,7 @@ def _stop_sandbox_processes(sandbox: Sandbox, backend) -> None:
     """Before a snapshot: web app servers and background jobs stop (web apps start
     again on wake, or at once if the sleep fails)."""
     result = backend.exec(
-        str(sandbox.pk),
+        sandbox.backend_sandbox_id,
         image.stop_processes_argv(),
         cwd=WORKSPACE,
         env={},
@@ -485,9 +474,11 @@ def _wake(sandbox: Sandbox, backend) -> Sandbox:
     _set_state(sandbox, Sandbox.State.RESTORING, failure_reason="", **_new_credential())
     damaged = []
     for snapshot in good_snapshots(sandbox):
-        backend.destroy(str(sandbox.pk), remove_workspace=True)  # what an attempt left
+        backend.destroy(sandbox.backend_sandbox_id, remove_workspace=True)  # what an attempt left
         try:
-            status = backend.ensure(sandbox_spec_for(sandbox, backend.egress_proxy_address()))
+            status = pool_take(sandbox, backend) or backend.ensure(
+                runtime_spec(sandbox.backend_sandbox_id)
+            )
             snapshot_restore(snapshot, backend)
         except (SnapshotDamaged, CorruptBlob) as exc:
             snapshot_mark_damaged(snapshot, str(exc))
@@ -497,7 +488,7 @@ def _wake(sandbox: Sandbox, backend) -> Sandbox:
         except (BackendError, FileStoreMisconfigured, FileStoreUnavailable) as exc:
             # Not the snapshot's fault: it stays good, and the sandbox asleep to try again.
             with contextlib.suppress(BackendError):
-                backend.destroy(str(sandbox.pk), remove_workspace=True)
+                backend.destroy(sandbox.backend_sandbox_id, remove_workspace=True)
             _set_state(
                 sandbox,
                 Sandbox.State.SLEEPING,
@@ -527,7 +518,7 @@ def _wake(sandbox: Sandbox, backend) -> Sandbox:
                 )
             _record_runtime(sandbox, status, failure_reason="; ".join(notes), **IN_USE)
         return sandbox
-    backend.destroy(str(sandbox.pk), remove_workspace=True)
+    backend.destroy(sandbox.backend_sandbox_id, remove_workspace=True)
     _mark_unrestorable(sandbox, "; ".join(damaged) or "it has no snapshot")
     raise WorkspaceUnrestorable(_unrestorable_message(sandbox))
 
@@ -549,7 +540,7 @@ def sandbox_refresh_state(sandbox: Sandbox) -> Sandbox:
         sandbox.refresh_from_db()
         if sandbox.state in RUNTIME_STATES:
             backend = get_backend(sandbox.backend)
-            status = backend.status(str(sandbox.pk))
+            status = backend.status(sandbox.backend_sandbox_id)
             if not status.running:
                 _record_runtime_gone(
                     sandbox, _state_without_runtime(sandbox, backend, status), status
@@ -563,7 +554,7 @@ def sandbox_stop(*, sandbox: Sandbox) -> Sandbox:
         if sandbox.state in (Sandbox.State.ABSENT, Sandbox.State.STOPPED, *WORKSPACE_IN_SNAPSHOTS):
             return sandbox  # no runtime to stop (a dead wake's is reconciliation's)
         _set_state(sandbox, Sandbox.State.STOPPING)
-        get_backend(sandbox.backend).stop(str(sandbox.pk))
+        get_backend(sandbox.backend).stop(sandbox.backend_sandbox_id)
         _set_state(sandbox, Sandbox.State.STOPPED)
     return sandbox
 
@@ -579,7 +570,7 @@ def sandbox_destroy(
         backend = get_backend(sandbox.backend)
         if not remove_workspace and sandbox.state in WORKSPACE_IN_SNAPSHOTS:
             if sandbox.state == Sandbox.State.RESTORING:  # a dead wake's partial unpack
-                backend.destroy(str(sandbox.pk), remove_workspace=True)
+                backend.destroy(sandbox.backend_sandbox_id, remove_workspace=True)
                 _set_state(sandbox, Sandbox.State.SLEEPING, **NO_RUNTIME)
             return sandbox
         with transaction.atomic():
@@ -589,7 +580,7 @@ def sandbox_destroy(
                 if sandbox.has_workspace:
                     _record_reset(sandbox, WorkspaceReset.Action.REMOVED, actor, via)
             _set_state(sandbox, Sandbox.State.STOPPING, **removed)
-        backend.destroy(str(sandbox.pk), remove_workspace=remove_workspace)
+        backend.destroy(sandbox.backend_sandbox_id, remove_workspace=remove_workspace)
         if remove_workspace:
             snapshots_delete(sandbox)
         _set_state(
@@ -618,7 +609,7 @@ def session_workspace_ensure(*, session: Session) -> str:
 
 def _make_session_directory(backend, sandbox: Sandbox, path: str) -> None:
     result = backend.exec(
-        str(sandbox.pk),
+        sandbox.backend_sandbox_id,
         image.make_session_directory_argv(path),
         cwd=WORKSPACE,
         env={},
@@ -711,9 +702,7 @@ def sandbox_exec(
     )
     check_sandbox_access(user)
     sandbox = get_or_create_sandbox(user=user)
-    env = dict(request.env)
-    if session is not None:
-        env.update(session_proxy_environment(session))
+    env = {**request.env, **sandbox_identity_environment(sandbox, session=session)}
     try:
         if _runs_current_image(sandbox):
             return _run_exec_request(sandbox, session, request, env)
@@ -766,7 +755,7 @@ def _run_exec_request(sandbox: Sandbox, session, request: ExecRequest, env) -> E
             _session_directories.clear()
         _session_directories.add(made)
     return backend.exec(
-        str(sandbox.pk),
+        sandbox.backend_sandbox_id,
         request.argv,
         cwd=request.cwd,
         env=env,
@@ -809,7 +798,7 @@ def _file_error(exc: FileRefused) -> QuorError:
 
 def _running_backend(session: Session):
     session_workspace_ensure(session=session)
-    return get_backend(session.sandbox.backend), str(session.sandbox_id)
+    return get_backend(session.sandbox.backend), session.sandbox.backend_sandbox_id
 
 
 # What Quor, not the agent, keeps in a session's directory, by name: the links to the
@@ -962,19 +951,9 @@ def session_file_write(*, session: Session, path: str, chunks: Iterable[bytes], 
 # --- reconciliation ----------------------------------------------------------------------
 
 
-@contextmanager
 def sandbox_try_lock(sandbox_id):
     """Like sandbox_lock, but yields False at once when someone holds it."""
-    key = _lock_key(sandbox_id)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [key])
-        locked = cursor.fetchone()[0]
-    try:
-        yield locked
-    finally:
-        if locked:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [key])
+    return advisory_try_lock(_lock_key(sandbox_id))
 
 
 @dataclass
@@ -1003,26 +982,30 @@ def sandboxes_reconcile(*, dry_run: bool = False) -> Reconciliation:
     backend = get_backend(settings.QUOR_SANDBOX_BACKEND)
     instances = {instance.sandbox_id: instance for instance in backend.list_instances()}
     workspaces = set(backend.list_workspaces())
+    found = instances.keys() | workspaces
+    # The pool first: a runtime taken meanwhile is then the sandbox's, found below.
+    pooled = set(PooledRuntime.objects.filter(key__in=found).values_list("key", flat=True))
     known = {
-        str(pk)
-        for pk in Sandbox.objects.filter(
-            pk__in=[i for i in instances.keys() | workspaces if is_uuid(i)]
-        ).values_list("pk", flat=True)
+        sandbox.backend_sandbox_id: sandbox.pk
+        for sandbox in Sandbox.objects.filter(
+            Q(runtime_key__in=found) | Q(runtime_key="", pk__in=[i for i in found if is_uuid(i)])
+        ).only("pk", "runtime_key")
     }
     actions = []
-    for sandbox_id in sorted((instances.keys() | workspaces) - known):
+    for sandbox_id in sorted(found - known.keys() - pooled):
         actions.append(f"{sandbox_id}: no sandbox row; runtime and workspace removed")
         if not dry_run:
             backend.destroy(sandbox_id, remove_workspace=True)
     if not dry_run:
         unmarked = Q(has_workspace=False) | Q(newer_than_snapshot=False)
+        with_workspace = [known[key] for key in workspaces if key in known]
         for sandbox in (
-            Sandbox.objects.filter(unmarked, pk__in=known & workspaces)
+            Sandbox.objects.filter(unmarked, pk__in=with_workspace)
             .exclude(state__in=WORKSPACE_IN_SNAPSHOTS)
         ):  # fmt: skip
             _mark_workspace_kept(sandbox, backend)
     rows = Sandbox.objects.exclude(state__in=(Sandbox.State.ABSENT, Sandbox.State.STOPPED))
-    rows = rows | Sandbox.objects.filter(pk__in=[i for i in instances if i in known])
+    rows = rows | Sandbox.objects.filter(pk__in=[known[key] for key in instances if key in known])
     for sandbox in rows.distinct():
         action = _reconcile_one(sandbox, backend, dry_run=dry_run)
         if action:
@@ -1034,7 +1017,7 @@ def _mark_workspace_kept(sandbox: Sandbox, backend) -> None:
     """A workspace that is there (outside a sleep or a wake) is the user's and newer than
     any snapshot, whatever the row says (rows from before these flags)."""
     with sandbox_try_lock(sandbox.pk) as locked:
-        if locked and backend.workspace_exists(str(sandbox.pk)):
+        if locked and backend.workspace_exists(sandbox.backend_sandbox_id):
             Sandbox.objects.filter(pk=sandbox.pk).exclude(state__in=WORKSPACE_IN_SNAPSHOTS).update(
                 **IN_USE
             )
@@ -1045,19 +1028,19 @@ def _reconcile_one(sandbox: Sandbox, backend, *, dry_run: bool) -> str:
         if not locked:
             return ""
         sandbox.refresh_from_db()
-        state, status = sandbox.state, backend.status(str(sandbox.pk))
+        state, status = sandbox.state, backend.status(sandbox.backend_sandbox_id)
         if state == Sandbox.State.SLEEPING and status.exists:
             action = "sleeping, but its runtime was still there: removed"
             if not dry_run:
-                backend.destroy(str(sandbox.pk), remove_workspace=True)
+                backend.destroy(sandbox.backend_sandbox_id, remove_workspace=True)
             return action
         if state == Sandbox.State.ABSENT and status.exists:
             if not dry_run:
-                backend.destroy(str(sandbox.pk), remove_workspace=False)
+                backend.destroy(sandbox.backend_sandbox_id, remove_workspace=False)
             return "absent, but a runtime was there: removed (workspace kept)"
         if state == Sandbox.State.RESTORING:
             if not dry_run:
-                backend.destroy(str(sandbox.pk), remove_workspace=True)
+                backend.destroy(sandbox.backend_sandbox_id, remove_workspace=True)
                 _set_state(sandbox, Sandbox.State.SLEEPING, runtime_id="", network_address=None)
             return "a wake died half-way: sleeping again (the next visit wakes it)"
         if state in (*RUNTIME_STATES, *HALF_DONE) and status.running:
@@ -1105,7 +1088,7 @@ def _state_without_runtime(sandbox: Sandbox, backend, status) -> str:
     workspace (never silently a new, empty one), absent if it never had one."""
     if status.exists:
         return Sandbox.State.STOPPED
-    if backend.workspace_exists(str(sandbox.pk)):
+    if backend.workspace_exists(sandbox.backend_sandbox_id):
         return Sandbox.State.ABSENT
     if good_snapshots(sandbox).exists():
         return Sandbox.State.SLEEPING

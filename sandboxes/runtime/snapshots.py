@@ -122,7 +122,7 @@ def snapshot_take(sandbox: Sandbox, backend) -> Snapshot:
     runtime if the user took read permission away from some file. Raises ArchiveError
     (export cut short), SnapshotDamaged, CorruptBlob or a BackendError; the runtime is
     not touched either way."""
-    sandbox_id = str(sandbox.pk)
+    sandbox_id = sandbox.backend_sandbox_id
     try:
         blob, size = _stored(_archive(backend, sandbox_id, by_sandbox_user=True))
     except UnreadableFiles as exc:
@@ -143,7 +143,9 @@ def snapshot_restore(snapshot: Snapshot, backend) -> None:
     """Streams the snapshot into the sandbox's (fresh, empty) workspace. On
     SnapshotDamaged or CorruptBlob the workspace holds part of it: start again from
     a fresh runtime."""
-    backend.import_workspace(str(snapshot.sandbox_id), _decompressed(blob_chunks(snapshot.blob)))
+    backend.import_workspace(
+        snapshot.sandbox.backend_sandbox_id, _decompressed(blob_chunks(snapshot.blob))
+    )
 
 
 def snapshot_mark_damaged(snapshot: Snapshot, problem: str) -> None:

@@ -15,6 +15,7 @@ from quor.lib.errors import QuorError
 from sandboxes.backends.base import BackendError
 from sandboxes.models import Sandbox
 from sandboxes.runtime import services
+from sandboxes.runtime.pool import pool_refill
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +29,15 @@ def ensure_sandbox(sandbox_id: str) -> None:
         services.sandbox_ensure_running(sandbox)
     except (services.SandboxUnavailable, services.WorkspaceUnrestorable):
         return  # recorded on the row, with the reason
+
+
+@shared_task(name="sandboxes.tasks.refill_pool")
+def refill_pool() -> None:
+    """After a sandbox took a pooled runtime, and every 30 s (beat)."""
+    try:
+        pool_refill()
+    except BackendError as exc:
+        logger.warning("the warm pool was not refilled: %s", exc)
 
 
 @shared_task(name="sandboxes.tasks.sleep_idle_sandboxes")

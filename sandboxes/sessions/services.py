@@ -155,7 +155,7 @@ def _agent_state(session: Session) -> tuple[str, str] | None:
     argv = image.agent_state_argv(str(session.pk), services.session_workspace(session))
     try:
         result = get_backend(sandbox.backend).exec(
-            str(sandbox.pk), argv, cwd=WORKSPACE, env={}, timeout_s=30, output_limit=8192
+            sandbox.backend_sandbox_id, argv, cwd=WORKSPACE, env={}, timeout_s=30, output_limit=8192
         )
     except BackendError:
         return None
@@ -534,7 +534,10 @@ def session_run_turn(*, session_id) -> None:
         if not session.events.filter(kind="session_started", seq__lt=turn).exists():
             session_attachments_copy(session=session)
         sync_managed_area(session=session)
-        backend, sandbox_id = get_backend(session.sandbox.backend), str(session.sandbox_id)
+        backend, sandbox_id = (
+            get_backend(session.sandbox.backend),
+            session.sandbox.backend_sandbox_id,
+        )
         for name, content in (
             (image.NEXT_MESSAGE, _latest_user_message(session)),
             ("AGENTS.md", agents_md(session)),
@@ -550,7 +553,7 @@ def session_run_turn(*, session_id) -> None:
             ),
             cwd=workspace,
             env={
-                **services.session_proxy_environment(session),
+                **services.sandbox_identity_environment(session.sandbox, session=session),
                 "QUOR_MODEL_KIND": provider.kind,
                 "QUOR_MODEL_BASE_URL": provider.effective_base_url,
                 "QUOR_MODEL_NAME": session.model_name,

@@ -10,22 +10,28 @@ def logged_in(client, owner):
     return client
 
 
-@pytest.fixture
-def queued(monkeypatch):
-    """The agent turns that would be enqueued (no worker runs in these tests)."""
+def held_back(monkeypatch, task_name: str) -> list:
+    """The arguments `task_name` was sent with, each send kept here instead of going to
+    a worker; other tasks are sent as usual."""
     from quor.lib import tasks
 
     calls = []
     send = tasks.send
 
-    def record_turns(task_name, *args):
-        if task_name == "sandboxes.tasks.run_agent_turn":
-            calls.extend(args)
+    def hold_back(name, *args):
+        if name == task_name:
+            calls.extend(args or [name])
         else:
-            send(task_name, *args)
+            send(name, *args)
 
-    monkeypatch.setattr(tasks, "send", record_turns)
+    monkeypatch.setattr(tasks, "send", hold_back)
     return calls
+
+
+@pytest.fixture
+def queued(monkeypatch):
+    """The agent turns that would be enqueued (no worker runs in these tests)."""
+    return held_back(monkeypatch, "sandboxes.tasks.run_agent_turn")
 
 
 @pytest.fixture

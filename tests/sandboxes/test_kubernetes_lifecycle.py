@@ -6,8 +6,9 @@ import pytest
 from django.test import override_settings
 
 from quor.lib.errors import QuorError
-from sandboxes.models import Sandbox
+from sandboxes.models import PooledRuntime, Sandbox
 from sandboxes.runtime import services
+from sandboxes.runtime.pool import pool_refill
 from tests.sandboxes.backends.conftest import KubernetesEngine
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
@@ -88,3 +89,25 @@ def test_an_unreachable_api_server_is_the_same_error_as_an_unreachable_docker(ow
         services.sandbox_ensure(user=owner)
     assert refused.value.code == "sandboxes.unavailable"
     assert refused.value.status == 503
+
+
+def test_a_first_sandbox_takes_a_ready_pod_from_the_warm_pool(owner, cluster, settings):
+    settings.QUOR_SANDBOX_POOL_SIZE = 1
+    assert pool_refill() == 1
+    [key] = PooledRuntime.objects.values_list("key", flat=True)
+    backend = cluster.backend()
+    environment = backend.exec(
+        key,
+        ["sh", "-c", "cat /proc/1/environ"],
+        cwd="/",
+        env={},
+        timeout_s=30,
+        output_limit=1 << 20,
+    ).stdout.decode()
+
+    sandbox = services.sandbox_ensure(user=owner)
+    assert sandbox.runtime_key == key and sandbox.runtime_id == backend.status(key).runtime_id
+    assert "QUOR_API_URL" in environment and sandbox.placeholder not in environment
+    assert (
+        shell(owner, "id -un; echo $QUOR_API_TOKEN") == f"sandbox\n{sandbox.placeholder}\n".encode()
+    )

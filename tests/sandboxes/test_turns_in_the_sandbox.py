@@ -204,7 +204,14 @@ def test_starting_an_agent_stops_the_sessions_left_over_one_and_records_its_exit
         run(["setsid", "-f", "bash", "-c", 'exec -a "$0" sleep 60', name])
     assert run(["pgrep", "-f", image.agent_pattern(session_id)]).exit_code == 0
 
-    started = run(image.start_agent_argv(session_id, directory, 2, time_limit_s=60))
+    started = backend.exec(
+        sandbox_id,
+        image.start_agent_argv(session_id, directory, 2, time_limit_s=60),
+        cwd=WORKSPACE,
+        env=services.sandbox_identity_environment(running_sandbox),
+        timeout_s=30,
+        output_limit=1 << 16,
+    )
 
     assert started.exit_code == 0
     state = wait_until(

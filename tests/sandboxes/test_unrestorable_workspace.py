@@ -13,6 +13,7 @@ from quor.filestore import file_store_check
 from sandboxes.backends.docker import DockerBackend
 from sandboxes.models import Sandbox, Snapshot, WorkspaceReset
 from sandboxes.runtime import services, tasks
+from sandboxes.runtime.pool import runtime_spec
 from tests import factories
 from tests.sandboxes.test_sleep_and_wake import run, sleep
 
@@ -261,7 +262,7 @@ def test_keeping_the_workspace_of_a_dead_wake_keeps_the_snapshot_not_a_partial_u
 ):
     sleep(running_sandbox)
     backend = DockerBackend()  # what a wake killed before its unpack leaves: an empty one
-    backend.ensure(services.sandbox_spec_for(running_sandbox, backend.egress_proxy_address()))
+    backend.ensure(runtime_spec(running_sandbox.backend_sandbox_id))
     Sandbox.objects.filter(pk=running_sandbox.pk).update(state=Sandbox.State.RESTORING)
     services.sandbox_destroy(sandbox=running_sandbox, remove_workspace=False)
     running_sandbox.refresh_from_db()
