@@ -94,6 +94,13 @@ class Sandbox(models.Model):
 
     class Meta:
         ordering = ["-updated_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["runtime_key"],
+                condition=~models.Q(runtime_key=""),
+                name="sandbox_runtime_key_unique",
+            )
+        ]
 
     def __str__(self):
         return f"sandbox of {self.user}"

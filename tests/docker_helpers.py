@@ -38,9 +38,11 @@ def remove_test_runtimes() -> None:
 
 def container_of(docker_client, sandbox):
     try:
-        return docker_client.containers.get(DockerBackend().container_name(str(sandbox.pk)))
+        return docker_client.containers.get(
+            DockerBackend().container_name(sandbox.backend_sandbox_id)
+        )
     except docker.errors.NotFound:
-        raise RuntimeMissing(str(sandbox.pk)) from None
+        raise RuntimeMissing(sandbox.backend_sandbox_id) from None
 
 
 @contextlib.contextmanager

@@ -59,11 +59,18 @@ def pool_take(sandbox: Sandbox, backend: SandboxBackend) -> RuntimeStatus | None
     current = backend.image_ref(settings.QUOR_SANDBOX_IMAGE)
     if not current:
         return None
+    # A runtime a failed or half-done start left under the sandbox's own key goes first.
+    backend.destroy(sandbox.backend_sandbox_id, remove_workspace=True)
     while True:
         with transaction.atomic():
             entry = (
                 PooledRuntime.objects.select_for_update(skip_locked=True)
-                .filter(backend=backend.name, state=PooledRuntime.State.READY, image_ref=current)
+                .filter(
+                    backend=backend.name,
+                    state=PooledRuntime.State.READY,
+                    image_ref=current,
+                    created_at__gte=_oldest_allowed(),
+                )
                 .first()
             )
             if entry is None:
@@ -81,22 +88,38 @@ def pool_take(sandbox: Sandbox, backend: SandboxBackend) -> RuntimeStatus | None
             backend.destroy(key, remove_workspace=True)
 
 
+def pools_refill() -> int:
+    """The configured backend's pool refilled; any other backend's (the deployment moved)
+    emptied."""
+    names = {settings.QUOR_SANDBOX_BACKEND}
+    names |= set(PooledRuntime.objects.values_list("backend", flat=True).distinct())
+    return sum(pool_refill(name) for name in sorted(names))
+
+
 def pool_refill(backend_name: str | None = None) -> int:
-    """Recycles what may no longer be taken (and what is above QUOR_SANDBOX_POOL_SIZE),
-    then creates ready runtimes up to it; returns how many it created. One process at a
-    time per backend (the others return at once); safe to run twice."""
+    """Recycles what may no longer be taken (too old, another image, no longer running,
+    above QUOR_SANDBOX_POOL_SIZE), then creates ready runtimes up to it; returns how many
+    it created. One process at a time per backend (the others return at once); safe to
+    run twice."""
     backend = get_backend(backend_name)
+    size = settings.QUOR_SANDBOX_POOL_SIZE if backend.name == settings.QUOR_SANDBOX_BACKEND else 0
     with advisory_try_lock(f"quor-pool:{backend.name}") as locked:
         if not locked:
             return 0
         pool = PooledRuntime.objects.filter(backend=backend.name)
-        stale = pool.filter(_stale(backend)) | pool.filter(state=PooledRuntime.State.CREATING)
-        excess = pool.order_by("-created_at")[settings.QUOR_SANDBOX_POOL_SIZE :]
+        running = {i.sandbox_id for i in backend.list_instances() if i.running}
+        ready = pool.filter(state=PooledRuntime.State.READY).values_list("key", flat=True)
         _remove(
-            backend, {*stale.values_list("key", flat=True), *excess.values_list("key", flat=True)}
+            backend,
+            {
+                *pool.filter(_stale(backend)).values_list("key", flat=True),
+                *pool.filter(state=PooledRuntime.State.CREATING).values_list("key", flat=True),
+                *(key for key in ready if key not in running),
+                *pool.order_by("-created_at")[size:].values_list("key", flat=True),
+            },
         )
         created = 0
-        while pool.count() < settings.QUOR_SANDBOX_POOL_SIZE:
+        while pool.count() < size:
             entry = PooledRuntime.objects.create(backend=backend.name)
             try:
                 status = backend.ensure(runtime_spec(entry.key))
@@ -115,12 +138,17 @@ def pool_refill(backend_name: str | None = None) -> int:
         return created
 
 
+def _oldest_allowed():
+    return timezone.now() - timedelta(seconds=settings.QUOR_SANDBOX_POOL_MAX_AGE_SECONDS)
+
+
 def _stale(backend: SandboxBackend) -> Q:
-    """Ready too long, or of another image than the current one: an upgrade drains the
-    pool."""
-    cutoff = timezone.now() - timedelta(seconds=settings.QUOR_SANDBOX_POOL_MAX_AGE_SECONDS)
+    """Made longer than QUOR_SANDBOX_POOL_MAX_AGE_SECONDS ago, or of another image than
+    the current one: an upgrade drains the pool."""
     current = backend.image_ref(settings.QUOR_SANDBOX_IMAGE)
-    return Q(state=PooledRuntime.State.READY) & (Q(created_at__lt=cutoff) | ~Q(image_ref=current))
+    return Q(state=PooledRuntime.State.READY) & (
+        Q(created_at__lt=_oldest_allowed()) | ~Q(image_ref=current)
+    )
 
 
 def _remove(backend: SandboxBackend, keys) -> None:

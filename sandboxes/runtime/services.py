@@ -236,9 +236,7 @@ def _ensure_running(sandbox: Sandbox, for_session: Session | None) -> Sandbox:
         if sandbox.state in RUNTIME_STATES:  # SNAPSHOTTING: a sleep that died half-way
             status = backend.status(sandbox.backend_sandbox_id)
             if status.running and not _should_upgrade(sandbox, status, backend, for_session):
-                _set_state(
-                    sandbox, Sandbox.State.RUNNING, last_activity_at=timezone.now(), **IN_USE
-                )
+                _record_runtime(sandbox, status, **IN_USE)  # what a half-done step missed
                 return sandbox
             if status.exists:
                 # A new image: replace the runtime, keep the workspace.
@@ -1046,8 +1044,8 @@ def _reconcile_one(sandbox: Sandbox, backend, *, dry_run: bool) -> str:
         if state in (*RUNTIME_STATES, *HALF_DONE) and status.running:
             if state == Sandbox.State.RUNNING:
                 return ""
-            if not dry_run:
-                _set_state(sandbox, Sandbox.State.RUNNING, failure_reason="", **IN_USE)
+            if not dry_run:  # with its address: a take or start that died never wrote it
+                _record_runtime(sandbox, status, failure_reason="", **IN_USE)
                 if state == Sandbox.State.SNAPSHOTTING:  # its processes were stopped
                     runtime_ready.send(Sandbox, sandbox=sandbox, woke=False)
             return f"{state} with its runtime running: running"

@@ -15,7 +15,7 @@ from quor.lib.errors import QuorError
 from sandboxes.backends.base import BackendError
 from sandboxes.models import Sandbox
 from sandboxes.runtime import services
-from sandboxes.runtime.pool import pool_refill
+from sandboxes.runtime.pool import pools_refill
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def ensure_sandbox(sandbox_id: str) -> None:
 def refill_pool() -> None:
     """After a sandbox took a pooled runtime, and every 30 s (beat)."""
     try:
-        pool_refill()
+        pools_refill()
     except BackendError as exc:
         logger.warning("the warm pool was not refilled: %s", exc)
 

@@ -11,7 +11,7 @@ from sandboxes.backends import get_backend
 from sandboxes.image import WORKSPACE
 from sandboxes.models import PooledRuntime, Sandbox
 from sandboxes.runtime import services
-from sandboxes.runtime.pool import pool_refill
+from sandboxes.runtime.pool import pool_refill, pools_refill
 from tests import factories
 from tests.egress.test_proxy import through_proxy
 from tests.sandboxes.conftest import held_back
@@ -225,3 +225,53 @@ def test_a_sandbox_requested_through_the_api_runs_in_a_pooled_runtime(
 def pool_is_free(backend) -> bool:
     with advisory_try_lock(f"quor-pool:{backend.name}") as locked:
         return locked
+
+
+def test_a_take_that_died_before_the_sandbox_was_marked_running_is_adopted_next_time(
+    pool, owner, monkeypatch
+):
+    key = ready_keys()[0]
+
+    def crash(*args, **kwargs):
+        raise SystemExit("the worker died here")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(services, "_record_runtime", crash)
+        with pytest.raises(SystemExit):
+            services.sandbox_ensure(user=owner)
+    left = Sandbox.objects.get(user=owner)
+    assert left.state == Sandbox.State.PROVISIONING and left.runtime_key == key
+    would_do = services.sandboxes_reconcile(dry_run=True).actions
+    assert not [action for action in would_do if "removed" in action]
+
+    services.sandboxes_reconcile()  # adopts it, with the address the proxy knows it by
+    left.refresh_from_db()
+    assert left.state == Sandbox.State.RUNNING
+    assert left.network_address == pool.status(key).network_address
+    sandbox = services.sandbox_ensure(user=owner)
+    assert sandbox.state == Sandbox.State.RUNNING and sandbox.runtime_key == key
+    assert len(ready_keys()) == 1  # the other one is still there: nothing else was taken
+    assert shell(owner, "echo ok") == "ok\n"
+
+
+def test_a_ready_runtime_that_stopped_is_replaced_by_the_next_refill(pool):
+    stopped, running = ready_keys()
+    pool.stop(stopped)
+    assert pool_refill() == 1
+    assert stopped not in ready_keys() and running in ready_keys()
+    assert not pool.status(stopped).exists
+
+
+def test_the_pool_of_a_backend_the_deployment_left_is_emptied(pool, settings):
+    settings.DEBUG = True  # the memory backend serves tests only
+    settings.QUOR_SANDBOX_BACKEND = "memory"
+    assert pool_refill() == 2
+    memory = get_backend("memory")
+    assert {i.sandbox_id for i in memory.list_instances()} == set(
+        PooledRuntime.objects.filter(backend="memory").values_list("key", flat=True)
+    )
+
+    settings.QUOR_SANDBOX_BACKEND = "docker"
+    pools_refill()
+    assert not PooledRuntime.objects.filter(backend="memory").exists()
+    assert memory.list_instances() == [] and len(ready_keys()) == 2
