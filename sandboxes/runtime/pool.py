@@ -54,25 +54,25 @@ def runtime_spec(backend_sandbox_id: str) -> SandboxSpec:
 
 def pool_take(sandbox: Sandbox, backend: SandboxBackend) -> RuntimeStatus | None:
     """A ready runtime of the current image for `sandbox`, which from now on goes by its
-    key; None if the pool has none. The caller holds the sandbox's lock, and the
-    sandbox has no runtime or workspace of its own."""
+    key; None if the pool has none. The caller holds the sandbox's lock and keeps
+    nothing under the sandbox's current key (no workspace, or one a wake replaces):
+    whatever is there is removed before the take."""
     current = backend.image_ref(settings.QUOR_SANDBOX_IMAGE)
     if not current:
+        return None
+    takeable = PooledRuntime.objects.filter(
+        backend=backend.name,
+        state=PooledRuntime.State.READY,
+        image_ref=current,
+        created_at__gte=_oldest_allowed(),
+    )
+    if not takeable.exists():
         return None
     # A runtime a failed or half-done start left under the sandbox's own key goes first.
     backend.destroy(sandbox.backend_sandbox_id, remove_workspace=True)
     while True:
         with transaction.atomic():
-            entry = (
-                PooledRuntime.objects.select_for_update(skip_locked=True)
-                .filter(
-                    backend=backend.name,
-                    state=PooledRuntime.State.READY,
-                    image_ref=current,
-                    created_at__gte=_oldest_allowed(),
-                )
-                .first()
-            )
+            entry = takeable.select_for_update(skip_locked=True).first()
             if entry is None:
                 return None
             key = entry.key
@@ -89,11 +89,17 @@ def pool_take(sandbox: Sandbox, backend: SandboxBackend) -> RuntimeStatus | None
 
 
 def pools_refill() -> int:
-    """The configured backend's pool refilled; any other backend's (the deployment moved)
-    emptied."""
-    names = {settings.QUOR_SANDBOX_BACKEND}
-    names |= set(PooledRuntime.objects.values_list("backend", flat=True).distinct())
-    return sum(pool_refill(name) for name in sorted(names))
+    """The configured backend's pool refilled first; then any other backend's (the
+    deployment moved) emptied, each on its own: one that cannot be reached is logged and
+    tried again next time."""
+    created = pool_refill(settings.QUOR_SANDBOX_BACKEND)
+    left = PooledRuntime.objects.exclude(backend=settings.QUOR_SANDBOX_BACKEND)
+    for name in sorted(set(left.values_list("backend", flat=True))):
+        try:
+            pool_refill(name)
+        except BackendError as exc:
+            logger.warning("the %s pool the deployment left was not emptied: %s", name, exc)
+    return created
 
 
 def pool_refill(backend_name: str | None = None) -> int:
