@@ -37,8 +37,7 @@ FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_p
 SUMMARY_FRAMES = 4
 
 
-def _print_diagnostics(nodeid: str, seconds: int) -> None:
-    out = sys.stderr
+def _print_diagnostics(out, nodeid: str, seconds: int) -> None:
     out.write(f"\n\nhang watchdog: {nodeid} still runs after {seconds} s\n")
     out.write("\n--- the stacks of this process's threads ---\n")
     out.flush()
@@ -64,10 +63,9 @@ def _print_diagnostics(nodeid: str, seconds: int) -> None:
     out.flush()
 
 
-def _print_summary(nodeid: str, seconds: int) -> None:
+def _print_summary(out, nodeid: str, seconds: int) -> None:
     """The few lines that say what hung: the innermost frames of each thread that is
     not idle in a pool, and the database's lock waits and open transactions."""
-    out = sys.stderr
     out.write(f"\nhang watchdog summary: {nodeid} still ran after {seconds} s\n")
     for thread_id, frame in sys._current_frames().items():
         frames = traceback.extract_stack(frame)[-SUMMARY_FRAMES:]
@@ -77,11 +75,15 @@ def _print_summary(nodeid: str, seconds: int) -> None:
         out.write(f"  thread {thread_id}: {where}\n")
     from django.conf import settings
 
-    result = subprocess.run(
-        ["psql", "-X", "-At", "-d", settings.DATABASES["default"]["NAME"], "-c", WAITS_SQL],
-        capture_output=True, text=True, timeout=20,
-    )  # fmt: skip
-    for line in (result.stdout + result.stderr).splitlines()[:6]:
+    try:
+        result = subprocess.run(
+            ["psql", "-X", "-At", "-d", settings.DATABASES["default"]["NAME"], "-c", WAITS_SQL],
+            capture_output=True, text=True, timeout=20,
+        )  # fmt: skip
+        lines = (result.stdout + result.stderr).splitlines()[:6]
+    except (OSError, subprocess.TimeoutExpired) as error:
+        lines = [f"psql failed: {error}"]
+    for line in lines:
         out.write(f"  database: {line}\n")
     out.flush()
 
@@ -93,23 +95,37 @@ def _print_asyncio_tasks(out) -> None:
         if not loop.is_running():
             continue
         out.write(f"\n--- the tasks of event loop {loop!r} ---\n")
-        for task in list(asyncio.all_tasks(loop)):
+        try:
+            tasks = list(asyncio.all_tasks(loop))
+        except RuntimeError as error:  # the loop's thread changed its task set meanwhile
+            out.write(f"the tasks could not be listed: {error}\n")
+            continue
+        for task in tasks:
             task.print_stack(file=out)
     out.flush()
 
 
 def _end_run(item, seconds: int) -> None:
     """Ends the run whatever the diagnostics meet (a failure there must not leave the
-    hang running)."""
+    hang running), with the summary last, or at least the test's name. It writes to a
+    copy of the real standard error: the test's thread may move on meanwhile and start
+    capturing fd 2 again, which would swallow what follows."""
+    out = sys.__stderr__
     try:
         capture = item.config.pluginmanager.getplugin("capturemanager")
         if capture is not None:
-            capture.suspend_global_capture(in_=True)  # or it goes to the test's capture
-        _print_diagnostics(item.nodeid, seconds)
-        _print_summary(item.nodeid, seconds)
-    except BaseException:
-        faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)
+            capture.suspend_global_capture(in_=True)
+        out = os.fdopen(os.dup(2), "w")
+        for step in (_print_diagnostics, _print_summary):
+            try:
+                step(out, item.nodeid, seconds)
+            except Exception:
+                traceback.print_exc(file=out)
+                out.flush()
+                faulthandler.dump_traceback(file=out, all_threads=True)
     finally:
+        out.write(f"\nhang watchdog: ended the run in {item.nodeid}\n")
+        out.flush()
         os._exit(3)
 
 
