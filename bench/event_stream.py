@@ -10,7 +10,8 @@ needed, its connections capped at CONNECTION_LIMIT) and Redis db 5, deployment
 credential; the worker's sandbox backend is a stub (StubBackend).
 
 The runtime is simulated by a separate process: it POSTs assistant_text_delta events to
-/api/v1/runtime/sessions/<id>/events/ with the sandbox credential, a new connection per
+/api/v1/runtime/sessions/<id>/events/ with the sandbox credential and the session's turn
+(--without-turn: none, so that Django's view stores them, the way before), a new connection per
 POST and one POST in flight per session (as the runtime's urllib and send lock do), each
 event carrying its send time (`time.time_ns()`). WebSocket viewers (aiohttp, session
 cookie and Origin as a browser sends them) note when each event arrives; latency is
@@ -39,6 +40,8 @@ import urllib.request
 from datetime import datetime
 from pathlib import Path
 
+from common import port_free
+
 ROOT = Path(__file__).resolve().parent.parent
 PORT = 28100
 BASE = f"http://127.0.0.1:{PORT}"
@@ -57,6 +60,7 @@ PACE = 0.1  # the runtime posts buffered text deltas at most every 0.1 s (its FL
 DELIVERY_WAIT = 10  # seconds a viewer may lag behind the last POST
 CONNECTION_LIMIT = 40  # of this database, so that a run cannot starve the shared server
 TEXT = "The quick brown fox jumps over the lazy dog. "  # one delta's text, 45 characters
+TURN = 1  # the seq of each session's `session_started`: its reports say so
 TARGET_MEDIAN_MS, TARGET_P99_MS, TARGET_RATE = 50, 250, 500
 TARGET_FIRST_EVENT_S = 1.0
 
@@ -64,13 +68,17 @@ TARGET_FIRST_EVENT_S = 1.0
 # --- the simulated runtime (runs in its own process: no Django there) ------------------
 
 
-def run_runtime(credential: str, session_ids: list, posts: int, batch: int, pace: float) -> dict:
-    return asyncio.run(_runtime(credential, session_ids, posts, batch, pace))
+def run_runtime(
+    credential: str, session_ids: list, posts: int, batch: int, pace: float, turn: int | None
+) -> dict:
+    return asyncio.run(_runtime(credential, session_ids, posts, batch, pace, turn))
 
 
-async def _runtime(credential, session_ids, posts, batch, pace) -> dict:
+async def _runtime(credential, session_ids, posts, batch, pace, turn) -> dict:
     """One sequence of POSTs per session, one POST in flight at a time (the runtime's
-    send lock); with `pace`, a POST starts at most every `pace` seconds (its flush)."""
+    send lock); with `pace`, a POST starts at most every `pace` seconds (its flush). Each
+    says its turn, as the runtime does, unless `turn` is None (an agent of before turns,
+    whose reports Django's view stores: the path every report took before)."""
     import aiohttp
 
     cpu = time.process_time()
@@ -91,7 +99,8 @@ async def _runtime(credential, session_ids, posts, batch, pace) -> dict:
                     }
                     for i in range(batch)
                 ]
-                async with http.post(url, json={"events": events}, headers=headers) as response:
+                report = {"events": events, **({"turn": turn} if turn else {})}
+                async with http.post(url, json=report, headers=headers) as response:
                     body = await response.read()
                 if response.status != 200:
                     failures.append(f"HTTP {response.status}: {error_title(body)}")
@@ -135,6 +144,9 @@ class StubBackend:
 
     def egress_proxy_address(self):
         return "10.233.0.1"
+
+    def check_host_users(self):
+        """The worker's start-up check of the Docker host (quor.checks): nothing here."""
 
     def image_ref(self, image):
         return ""
@@ -209,6 +221,7 @@ def make_fixtures() -> dict:
 
     from quor import services
     from sandboxes.models import Sandbox, Session, hash_token
+    from sandboxes.sessions.events import session_events_append
     from tests import factories
 
     tag = secrets.token_hex(4)
@@ -224,10 +237,14 @@ def make_fixtures() -> dict:
     client.force_login(user)
 
     def new_sessions(count):
-        return [
-            str(factories.make_session(user, provider, status=Session.Status.RUNNING).pk)
+        """Running sessions whose turn began with seq TURN."""
+        sessions = [
+            factories.make_session(user, provider, status=Session.Status.RUNNING)
             for _ in range(count)
         ]
+        for session in sessions:
+            session_events_append(session=session, events=[("session_started", {})])
+        return [str(session.pk) for session in sessions]
 
     return {
         "credential": credential,
@@ -242,7 +259,8 @@ def stored_seqs(session_ids: list[str]) -> dict[str, list[int]]:
     from sandboxes.models import AgentEvent
 
     seqs = {session_id: [] for session_id in session_ids}
-    rows = AgentEvent.objects.filter(session_id__in=session_ids).order_by("session_id", "seq")
+    rows = AgentEvent.objects.filter(session_id__in=session_ids, seq__gt=TURN)
+    rows = rows.order_by("session_id", "seq")
     for session_id, seq in rows.values_list("session_id", "seq"):
         seqs[str(session_id)].append(seq)
     return seqs
@@ -407,7 +425,7 @@ async def stream_scenario(http, pool, fixtures, name, sessions, viewers_each, po
 
     session_ids = await sync_to_async(fixtures["new_sessions"])(sessions)
     viewers = [
-        (session_id, await connect_viewer(http, session_id, fixtures["cookie"]), [])
+        (session_id, await connect_viewer(http, session_id, fixtures["cookie"], TURN), [])
         for session_id in session_ids
         for _ in range(viewers_each)
     ]
@@ -415,8 +433,9 @@ async def stream_scenario(http, pool, fixtures, name, sessions, viewers_each, po
     with Resources(fixtures["daphne_pid"]) as used:
         receivers = [asyncio.ensure_future(receive_into(ws, got)) for _, ws, got in viewers]
         runtime = await loop.run_in_executor(
-            pool, run_runtime, fixtures["credential"], session_ids, posts, batch, pace
-        )
+            pool, run_runtime, fixtures["credential"], session_ids, posts, batch, pace,
+            fixtures["turn"],
+        )  # fmt: skip
         truth = await sync_to_async(stored_seqs)(session_ids)
         deadline = time.monotonic() + DELIVERY_WAIT
         while time.monotonic() < deadline and any(
@@ -435,8 +454,10 @@ async def stream_scenario(http, pool, fixtures, name, sessions, viewers_each, po
         events = [(arrived, json.loads(raw)) for arrived, raw in got]
         seqs = [event["seq"] for _, event in events]
         numbers = [event["payload"]["n"] for _, event in events]
-        if expected != list(range(1, len(expected) + 1)):
-            problems.append(f"session {session_id[:8]}: stored seqs are not 1..{len(expected)}")
+        if expected != list(range(TURN + 1, TURN + 1 + len(expected))):
+            problems.append(
+                f"session {session_id[:8]}: stored seqs are not {TURN + 1}..{TURN + len(expected)}"
+            )
         if seqs != expected or numbers != sorted(numbers):
             missing = sorted(set(expected) - set(seqs))
             undelivered += len(missing)
@@ -679,6 +700,10 @@ def main() -> None:
     parser.add_argument("--posts-paced", type=int, default=30, help="per session, of 1")
     parser.add_argument("--posts-concurrent", type=int, default=25, help="per session, of 20")
     parser.add_argument("--first-event-runs", type=int, default=20)
+    parser.add_argument(
+        "--without-turn", action="store_true",
+        help="reports without their turn: all stored by Django's view (the path before)",
+    )  # fmt: skip
     args = parser.parse_args()
     os.environ.update(ENVIRONMENT)
     sys.path.insert(0, str(ROOT))
@@ -696,11 +721,14 @@ def main() -> None:
     clear_channel_layer()
     fixtures = make_fixtures()
 
+    if not port_free(PORT):  # or the figures would be another web process's
+        sys.exit(f"port {PORT} is taken: a web process left by an earlier run? Stop it first.")
     logs = Path(tempfile.mkdtemp(prefix="bench-events-"))
     web = ["daphne", "-b", "127.0.0.1", "-p", str(PORT), "quor.asgi:application"]
     daphne = start([sys.executable, "-m", *web], logs / "daphne.log")
     worker = start([sys.executable, __file__, "--worker"], logs / "worker.log")
     fixtures["daphne_pid"] = daphne.pid
+    fixtures["turn"] = None if args.without_turn else TURN
     spawn = multiprocessing.get_context("spawn")
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=spawn)
     try:
@@ -718,7 +746,8 @@ def main() -> None:
         stop(worker)
         clear_channel_layer()
 
-    print(f"\n{os.cpu_count()} CPUs; daphne's and the worker's logs are in {logs}\n")
+    way = "without their turn (Django's view)" if args.without_turn else "with their turn"
+    print(f"\n{os.cpu_count()} CPUs; reports {way}; daphne's and the worker's logs: {logs}\n")
     print("Delivery latency, runtime POST -> WebSocket viewer (send time in the event payload)")
     print_stream(results)
     log = (logs / "daphne.log").read_text(errors="replace")

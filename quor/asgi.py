@@ -13,6 +13,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from quor.lib import metrics  # noqa: E402
 from quor.monitoring import DatabaseGauges  # noqa: E402
 from quor.routing import websocket_urlpatterns  # noqa: E402
+from sandboxes.api.ingest import RuntimeProgressReports  # noqa: E402
 
 # The web process (one per replica) also serves the gauges read from PostgreSQL.
 if settings.QUOR_METRICS_PORT:
@@ -22,7 +23,7 @@ if settings.QUOR_METRICS_PORT:
 # (`manage.py run_webapp_proxy`), never by this one.
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": RuntimeProgressReports(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -285,6 +285,15 @@ class AgentEvent(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["session", "seq"], name="agent_event_seq_unique")
         ]
+        # Each report of the runtime checks its turn (the newest `session_started`) first:
+        # without it, that reads every event of the turn so far.
+        indexes = [
+            models.Index(
+                fields=["session", "seq"],
+                condition=models.Q(kind="session_started"),
+                name="agent_event_turn_starts",
+            )
+        ]
 
     def __str__(self):
         return f"{self.session_id} #{self.seq} {self.kind}"

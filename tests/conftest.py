@@ -77,6 +77,21 @@ def flush_without_deadlocks():
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_connection_outlives_the_test_database(django_db_setup, django_db_blocker):
+    """Threads of this process keep connections open for the process's life (the
+    runtime reports' writers, sandboxes/api/ingest.py); they would keep the test
+    database from being dropped at the end."""
+    yield
+    from django.db import connection
+
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
 @pytest.fixture(autouse=True)
 def file_store_checked_afresh():
     """Each test starts from its own database: the once-per-process check of the file

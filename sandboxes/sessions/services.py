@@ -20,10 +20,15 @@ from sandboxes.backends import get_backend
 from sandboxes.backends.base import BackendError
 from sandboxes.image import WORKSPACE
 from sandboxes.library.managed import sync_managed_area
-from sandboxes.models import AgentEvent, Attachment, Sandbox, Session, Skill
+from sandboxes.models import AgentEvent, Attachment, Sandbox, Session, Skill, hash_token
 from sandboxes.runtime import services
-from sandboxes.selectors import sessions_of
-from sandboxes.sessions.events import newest_turn, session_events_append, turn_started_at
+from sandboxes.selectors import is_uuid, sessions_of
+from sandboxes.sessions.events import (
+    newest_turn,
+    session_events_append,
+    session_progress_append,
+    turn_started_at,
+)
 from sandboxes.signals import session_status_changed
 
 # Kinds the agent runtime may report, and the session status each one leaves behind.
@@ -40,10 +45,8 @@ OPEN_STATUSES = (Session.Status.PENDING, Session.Status.RUNNING)
 MAX_EVENTS_PER_REPORT = 1000
 
 
-def session_events_report(*, session: Session, events, turn: int | None = None) -> int:
-    """Events from the agent runtime: validated, stored, published; returns the last seq.
-    An agent that says which turn it works on is refused once that turn has ended (an
-    agent without a turn is one started before turns were given to it)."""
+def checked_runtime_events(events) -> list[tuple[str, dict]]:
+    """The runtime's events as (kind, payload); InvalidInput for anything else."""
     if not isinstance(events, list) or not events or len(events) > MAX_EVENTS_PER_REPORT:
         raise InvalidInput(
             f"events must be a list of 1 to {MAX_EVENTS_PER_REPORT} events.",
@@ -56,6 +59,14 @@ def session_events_report(*, session: Session, events, turn: int | None = None) 
         if kind not in RUNTIME_EVENT_KINDS or not isinstance(payload, dict):
             raise InvalidInput(f"Unknown event {kind!r}.", code="sessions.invalid_events")
         checked.append((kind, payload))
+    return checked
+
+
+def session_events_report(*, session: Session, events, turn: int | None = None) -> int:
+    """Events from the agent runtime: validated, stored, published; returns the last seq.
+    An agent that says which turn it works on is refused once that turn has ended (an
+    agent without a turn is one started before turns were given to it)."""
+    checked = checked_runtime_events(events)
     if session.status == Session.Status.CANCELLED:
         raise Conflict("The session was cancelled.", code="sessions.cancelled")
     if turn is not None and not _turn_is_current(session.pk, turn):
@@ -71,6 +82,27 @@ def session_events_report(*, session: Session, events, turn: int | None = None) 
     if outcome:  # the user now reads what the agent did: the idle time starts here
         services.sandbox_touch(session.sandbox_id)
     return stored[-1].seq
+
+
+def session_progress_report(*, session_id: str, credential: str, report) -> list[dict] | None:
+    """A report of a running turn's progress, the runtime's most frequent request, stored
+    in two statements (session_progress_append); returns the events to publish. None,
+    with nothing stored, for any other report (an outcome, a report without its turn,
+    anything malformed, refused or ended): session_events_report answers those."""
+    if not isinstance(report, dict) or set(report) != {"events", "turn"} or not is_uuid(session_id):
+        return None
+    turn = report["turn"]
+    if type(turn) is not int or turn < 1:
+        return None
+    try:
+        checked = checked_runtime_events(report["events"])
+    except InvalidInput:
+        return None
+    if any(RUNTIME_EVENT_KINDS[kind] for kind, _ in checked):
+        return None
+    return session_progress_append(
+        session_id=session_id, credential_hash=hash_token(credential), turn=turn, events=checked
+    )
 
 
 def _clean_message(text) -> str:
