@@ -79,9 +79,9 @@ def flush_without_deadlocks():
 
 @pytest.fixture(scope="session", autouse=True)
 def no_connection_outlives_the_test_database(django_db_setup, django_db_blocker):
-    """Threads of this process keep connections open for the process's life (the
-    runtime reports' writers, sandboxes/api/ingest.py); they would keep the test
-    database from being dropped at the end."""
+    """Threads of this process keep connections open for the process's life
+    (quor/lib/kept_connections.py); they would keep the test database from being
+    dropped at the end."""
     yield
     from django.db import connection
 

@@ -1,34 +1,30 @@
 """The runtime's progress reports, served before Django's request cycle.
 
 A busy session reports up to ten times a second and most reports are plain progress of
-its running turn; the full cycle (middleware, DRF, the ORM's queries) cost about 16 ms
-of CPU each, which one web process could give to some 60 reports a second
-(docs/performance.md, event stream). This answers those in a few milliseconds and hands
-every other request, and every report it does not store, to Django unchanged: the view
-(RuntimeSessionEventsView) then stores it or explains the refusal as before."""
+its running turn; the full cycle (middleware, DRF, eight ORM queries, a new database
+connection) cost about 23 ms of the web process's CPU and 15 ms of PostgreSQL's for
+each (docs/performance.md, event stream). This stores those in two statements on a kept
+connection and hands every other request, and every report it does not store, to
+Django unchanged: the view (RuntimeSessionEventsView) then stores it or explains the
+refusal as before."""
 
 import json
 import logging
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, OperationalError
 
 from quor.lib import logs
+from quor.lib.kept_connections import on_kept_connection
 from sandboxes.sessions.events import session_events_publish
 from sandboxes.sessions.services import session_progress_report
 
 logger = logging.getLogger(__name__)
 access_logger = logging.getLogger("quor.access")
 REPORT_PATH = re.compile(r"/api/v1/runtime/sessions/(?P<session>[^/]+)/events/")
-# The reports' database work runs on these threads, each keeping its connection: a new
-# PostgreSQL connection costs about 6 ms of the host's CPU, more than a report's own
-# statements. (Django's request cycle under daphne opens one per request.)
-REPORT_WRITERS = 4
-_writers = ThreadPoolExecutor(max_workers=REPORT_WRITERS, thread_name_prefix="runtime-reports")
+_store = on_kept_connection(session_progress_report)
 
 
 class RuntimeProgressReports:
@@ -52,9 +48,12 @@ class RuntimeProgressReports:
         report = _json(body) if whole and _is_json(headers) else None
         stored = None
         if keyword == "Bearer" and credential.strip() and report is not None:
-            stored = await sync_to_async(_store, thread_sensitive=False, executor=_writers)(
-                session_id=match["session"], credential=credential.strip(), report=report
-            )
+            try:
+                stored = await _store(
+                    session_id=match["session"], credential=credential.strip(), report=report
+                )
+            except (OperationalError, InterfaceError):
+                stored = None  # the view answers, on a connection of its own
         if stored is None:
             return await self.django_app(scope, _replaying(body, more_body, receive), send)
         try:
@@ -84,16 +83,6 @@ class RuntimeProgressReports:
             )
         finally:
             logs.request_id.reset(token)
-
-
-def _store(**report) -> list[dict] | None:
-    """session_progress_report on the thread's kept connection. After a database error
-    the connection is dropped (the next report connects again) and Django answers."""
-    try:
-        return session_progress_report(**report)
-    except (OperationalError, InterfaceError):
-        connection.close()
-        return None
 
 
 async def _read_body(receive, limit: int) -> tuple[bytes | None, bool]:

@@ -3,17 +3,20 @@
 Everything after SEQ is sent first, then live events, in order, without gaps or
 duplicates: the consumer joins the session's group before reading the backlog, and
 fills any gap from the database (the truth) when a live event skips ahead. The channel
-layer may drop messages under load, so a quiet viewer also checks the database every
-few seconds: an event never stays undelivered, not even a session's last one.
+layer may drop messages under load, so a viewer that got no live event for a few
+seconds checks the database: an event never stays undelivered, not even a session's
+last one. Its reads run on the web process's kept connections (a new connection per
+read cost more than the read).
 """
 
 import asyncio
+import time
 from urllib.parse import parse_qs
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from quor.lib.errors import QuorError
+from quor.lib.kept_connections import on_kept_connection
 from sandboxes import selectors
 from sandboxes.runtime import services
 from sandboxes.sessions.events import serialize_event, session_group
@@ -21,6 +24,8 @@ from sandboxes.sessions.events import serialize_event, session_group
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 CATCH_UP_SECONDS = 3
+_session_in_use = on_kept_connection(services.session_in_use)
+_events_after = on_kept_connection(selectors.events_after)
 
 
 class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
@@ -30,7 +35,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         try:
-            self.session = await database_sync_to_async(services.session_in_use)(
+            self.session = await _session_in_use(
                 user, self.scope["url_route"]["kwargs"]["session_id"]
             )
         except QuorError:
@@ -40,6 +45,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         after = query.get("after", ["0"])[0]
         self.last_seq = int(after) if after.isdigit() else 0
         self.sending = asyncio.Lock()
+        self.last_live = time.monotonic()
         self.group = session_group(self.session.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
@@ -53,9 +59,11 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def catch_up_regularly(self):
+        """While live events come, the stream works and a gap shows in their seqs."""
         while True:
             await asyncio.sleep(CATCH_UP_SECONDS)
-            await self.send_from_database()
+            if time.monotonic() - self.last_live >= CATCH_UP_SECONDS:
+                await self.send_from_database()
 
     async def send_from_database(self):
         async with self.sending:
@@ -63,9 +71,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
 
     async def _send_from_database(self):
         while True:
-            events = await database_sync_to_async(selectors.events_after)(
-                self.session, self.last_seq
-            )
+            events = await _events_after(self.session, self.last_seq)
             for event in events:
                 await self.send_json(serialize_event(event))
                 self.last_seq = event.seq
@@ -73,6 +79,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
                 return
 
     async def agent_events(self, message):
+        self.last_live = time.monotonic()
         async with self.sending:
             for event in message["events"]:
                 if event["seq"] <= self.last_seq:
