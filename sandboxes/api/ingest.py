@@ -14,7 +14,7 @@ import re
 import time
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
+from django.db import DatabaseError
 
 from quor.lib import logs
 from quor.lib.kept_connections import on_kept_connection
@@ -25,6 +25,10 @@ logger = logging.getLogger(__name__)
 access_logger = logging.getLogger("quor.access")
 REPORT_PATH = re.compile(r"/api/v1/runtime/sessions/(?P<session>[^/]+)/events/")
 _store = on_kept_connection(session_progress_report)
+# A progress report is text deltas and tool events; a larger body (a long tool output)
+# goes to the view, so that no request, authenticated or not, has this code buffer and
+# parse much on the event loop.
+PROGRESS_REPORT_MAX_BYTES = 256 * 1024
 
 
 class RuntimeProgressReports:
@@ -35,25 +39,25 @@ class RuntimeProgressReports:
 
     async def __call__(self, scope, receive, send):
         match = REPORT_PATH.fullmatch(scope.get("path", "")) if scope["type"] == "http" else None
-        if match is None or scope["method"] != "POST":
+        credential = _single_bearer_credential(scope) if match else None
+        if not credential or scope["method"] != "POST":
             return await self.django_app(scope, receive, send)
         started = time.monotonic()
         headers = dict(scope["headers"])
-        limit = settings.QUOR_MAX_REQUEST_BYTES
+        limit = min(PROGRESS_REPORT_MAX_BYTES, settings.QUOR_MAX_REQUEST_BYTES)
         body, more_body = await _read_body(receive, limit)
         if body is None:
             return  # the client left
-        keyword, _, credential = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-        whole = not more_body and len(body) <= limit
-        report = _json(body) if whole and _is_json(headers) else None
+        sized = not more_body and len(body) <= limit and len(body) == _content_length(headers)
+        report = _json(body) if sized and _is_json(headers) else None
         stored = None
-        if keyword == "Bearer" and credential.strip() and report is not None:
+        if report is not None:
             try:
                 stored = await _store(
-                    session_id=match["session"], credential=credential.strip(), report=report
+                    session_id=match["session"], credential=credential, report=report
                 )
-            except (OperationalError, InterfaceError):
-                stored = None  # the view answers, on a connection of its own
+            except DatabaseError:  # refused by PostgreSQL, or out of reach: the view answers
+                stored = None
         if stored is None:
             return await self.django_app(scope, _replaying(body, more_body, receive), send)
         try:
@@ -113,12 +117,32 @@ def _replaying(body: bytes, more_body: bool, receive):
     return replay
 
 
+def _single_bearer_credential(scope) -> str | None:
+    """The Bearer credential when the request has one Authorization header (Django joins
+    repeated ones, which the view then refuses)."""
+    values = [value for name, value in scope["headers"] if name.lower() == b"authorization"]
+    if len(values) != 1:
+        return None
+    keyword, _, credential = values[0].decode("latin-1").partition(" ")
+    return credential.strip() if keyword == "Bearer" else None
+
+
+def _content_length(headers: dict) -> int | None:
+    value = headers.get(b"content-length", b"")
+    return int(value) if value.isdigit() else None
+
+
 def _is_json(headers: dict) -> bool:
     return headers.get(b"content-type", b"").split(b";")[0].strip() == b"application/json"
 
 
 def _json(body: bytes):
+    """As DRF's parser reads it: UTF-8, no NaN or Infinity; None for anything else."""
     try:
-        return json.loads(body)
+        return json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
     except (ValueError, RecursionError):
         return None
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")

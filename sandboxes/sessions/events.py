@@ -76,8 +76,10 @@ def session_events_append(
 # the ORM's way took about 8 queries' worth of Python per report). The first takes the
 # session's row lock, as session_events_append does, and only if the credential is the
 # session's sandbox's, its owner active, and the report is of the session's running turn.
+# (Its status is checked again once the lock is held; the turn and the credential as the
+# statement began, as the view checks them before it stores.)
 _CLAIM_REPORTING_SESSION = f"""
-UPDATE {Session._meta.db_table} AS s SET agent_seen_at = now()
+UPDATE {Session._meta.db_table} AS s SET agent_seen_at = %s
 FROM {Sandbox._meta.db_table} AS b, {User._meta.db_table} AS u
 WHERE s.id = %s AND s.status = %s AND b.id = s.sandbox_id
   AND b.runtime_credential_hash = %s AND b.runtime_credential_hash <> ''
@@ -89,7 +91,7 @@ RETURNING s.id
 # A statement of its own: it reads the last seq after the lock is held.
 _APPEND_EVENTS = f"""
 INSERT INTO {AgentEvent._meta.db_table} (session_id, seq, kind, payload, created_at)
-SELECT %s, last.seq + e.n, e.kind, e.payload, now()
+SELECT %s, last.seq + e.n, e.kind, e.payload, %s
 FROM (SELECT coalesce(max(seq), 0) AS seq FROM {AgentEvent._meta.db_table}
       WHERE session_id = %s) AS last,
      unnest(%s::text[], %s::jsonb[]) WITH ORDINALITY AS e(kind, payload, n)
@@ -105,10 +107,11 @@ def session_progress_append(
     get them; nothing is stored and None returned for any other report (another
     credential, an ended turn or session): the caller answers those as
     session_events_report does. The caller publishes."""
+    now = timezone.now()  # Quor's clock, as the ORM's writes use
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             _CLAIM_REPORTING_SESSION,
-            [session_id, Session.Status.RUNNING, credential_hash, turn],
+            [now, session_id, Session.Status.RUNNING, credential_hash, turn],
         )
         if cursor.fetchone() is None:
             return None
@@ -116,6 +119,7 @@ def session_progress_append(
             _APPEND_EVENTS,
             [
                 session_id,
+                now,
                 session_id,
                 [kind for kind, _ in events],
                 [Jsonb(payload) for _, payload in events],

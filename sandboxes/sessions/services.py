@@ -1,6 +1,7 @@
 """Sessions and their agent: creating them, follow-ups, cancelling, starting turns,
 the events the agent reports and the turns it no longer reports on."""
 
+import uuid
 from datetime import timedelta
 
 from django.conf import settings
@@ -56,7 +57,9 @@ def checked_runtime_events(events) -> list[tuple[str, dict]]:
     for event in events:
         kind = event.get("kind") if isinstance(event, dict) else None
         payload = event.get("payload", {}) if isinstance(event, dict) else None
-        if kind not in RUNTIME_EVENT_KINDS or not isinstance(payload, dict):
+        if not isinstance(kind, str) or kind not in RUNTIME_EVENT_KINDS:
+            raise InvalidInput(f"Unknown event {kind!r}.", code="sessions.invalid_events")
+        if not isinstance(payload, dict):
             raise InvalidInput(f"Unknown event {kind!r}.", code="sessions.invalid_events")
         checked.append((kind, payload))
     return checked
@@ -89,7 +92,8 @@ def session_progress_report(*, session_id: str, credential: str, report) -> list
     in two statements (session_progress_append); returns the events to publish. None,
     with nothing stored, for any other report (an outcome, a report without its turn,
     anything malformed, refused or ended): session_events_report answers those."""
-    if not isinstance(report, dict) or set(report) != {"events", "turn"} or not is_uuid(session_id):
+    canonical = is_uuid(session_id) and str(uuid.UUID(session_id)) == session_id
+    if not canonical or not isinstance(report, dict) or set(report) != {"events", "turn"}:
         return None
     turn = report["turn"]
     if type(turn) is not int or turn < 1:

@@ -1,8 +1,10 @@
 """The runtime's event reports through Quor's ASGI application: progress of the running
 turn is stored before Django's request cycle, everything else gets the view's answer."""
 
+import asyncio
 import json
 import threading
+import time
 
 import pytest
 from channels.testing import ApplicationCommunicator, HttpCommunicator
@@ -121,6 +123,14 @@ def test_an_outcome_or_a_report_without_its_turn_is_stored_by_the_view(running, 
         ("nothing", {"events": [], "turn": 1}, 400, None),
         ("nothing", {"events": [DELTA], "turn": "1", "extra": 1}, 400, None),
         ("nothing", b"{not json", 400, None),
+        (
+            "nothing",
+            b'{"events": [{"kind": "tool_call", "payload": {"x": NaN}}], "turn": 1}',
+            400,
+            None,
+        ),
+        ("nothing", {"events": [{"kind": ["tool_call"], "payload": {}}], "turn": 1}, 400, None),
+        ("nothing", '{"events": [], "turn": 1}'.encode("utf-16"), 400, None),
     ],
 )
 def test_a_report_it_does_not_store_gets_the_views_answer_and_changes_nothing(
@@ -162,7 +172,7 @@ def test_a_body_over_the_limit_is_refused_by_django(running, settings):
 
 @pytest.mark.parametrize(("limit", "status"), [(10_000, 200), (100, 413)])
 def test_a_body_in_several_parts_is_read_whole_or_refused_past_the_limit(
-    running, settings, limit, status
+    running, settings, view_calls, limit, status
 ):
     """As daphne hands over a large body: in parts, each saying whether more follows."""
     session, turn = running
@@ -191,6 +201,7 @@ def test_a_body_in_several_parts_is_read_whole_or_refused_past_the_limit(
 
     assert run_scenario(scenario) == status
     assert session.events.count() == (21 if status == 200 else 1)
+    assert view_calls == []  # stored without it, or refused by the middleware before it
 
 
 def test_reports_stored_by_both_ways_at_once_get_consecutive_seqs(running):
@@ -226,7 +237,7 @@ def test_reports_stored_by_both_ways_at_once_get_consecutive_seqs(running):
     assert [seq for seq, _ in seqs(session)] == list(range(1, 2 + 15 * 2 + 15 * 4))
 
 
-def test_the_stored_events_read_back_as_the_api_gives_them(running, owner):
+def test_the_stored_events_read_back_as_they_were_sent(running, view_calls):
     session, turn = running
     payload = {"text": "naïve ✓", "nested": {"list": [1, 2.5, None, True]}}
     assert (
@@ -237,21 +248,28 @@ def test_the_stored_events_read_back_as_the_api_gives_them(running, owner):
     )
     event = session.events.get(seq=turn + 1)
     assert (event.kind, event.payload) == ("tool_result", payload)
+    assert view_calls == []
 
 
 def test_kept_connections_that_died_are_replaced_before_the_next_reports(running, view_calls):
     session, turn = running
     body = {"events": [DELTA], "turn": turn}
-    assert report(session.pk, body) == (200, {"last_seq": turn + 1})
+
+    async def at_once(count):
+        """As many reports at once as there are threads, so that each thread has one."""
+        return await asyncio.gather(*(post_report(session.pk, body) for _ in range(count)))
+
+    assert [status for status, _ in run_scenario(at_once, THREADS)] == [200] * THREADS
     with connection.cursor() as cursor:  # as a restart of PostgreSQL would
-        cursor.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-    answers = [report(session.pk, body) for _ in range(THREADS + 2)]
-    assert answers == [(200, {"last_seq": turn + 2 + n}) for n in range(THREADS + 2)]
+        others = "datname = current_database() AND pid <> pg_backend_pid()"
+        cursor.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE {others}")  # noqa: S608
+        deadline = time.monotonic() + 10
+        while cursor.execute(f"SELECT count(*) FROM pg_stat_activity WHERE {others}").fetchone()[0]:  # noqa: S608
+            assert time.monotonic() < deadline, "the connections did not end"
+            time.sleep(0.05)
+    assert [status for status, _ in run_scenario(at_once, THREADS * 2)] == [200] * THREADS * 2
     assert view_calls == []
-    assert [seq for seq, _ in seqs(session)] == list(range(1, turn + 2 + THREADS + 2))
+    assert [seq for seq, _ in seqs(session)] == list(range(1, turn + 1 + THREADS * 3))
 
 
 def test_a_report_stored_while_the_channel_layer_is_down_is_answered_and_stored_once(
@@ -267,3 +285,37 @@ def test_a_report_stored_while_the_channel_layer_is_down_is_answered_and_stored_
     assert report(session.pk, {"events": [DELTA], "turn": turn}) == (200, {"last_seq": turn + 1})
     assert seqs(session) == [(turn, "session_started"), (turn + 1, "assistant_text_delta")]
     assert view_calls == []
+
+
+@pytest.mark.parametrize(
+    "spelling", [lambda pk: f"urn:uuid:{pk}", lambda pk: str(pk).upper()], ids=["urn", "upper"]
+)
+def test_another_spelling_of_the_session_id_is_left_to_the_view(running, view_calls, spelling):
+    """Viewers follow the session's canonical id: the view stores and publishes under it."""
+    session, turn = running
+    assert report(spelling(session.pk), {"events": [DELTA], "turn": turn})[0] == 200
+    assert len(view_calls) == 1
+    assert seqs(session) == [(turn, "session_started"), (turn + 1, "assistant_text_delta")]
+
+
+def test_a_repeated_authorization_header_or_a_large_report_goes_to_the_view(running, view_calls):
+    session, turn = running
+    body = json.dumps({"events": [DELTA], "turn": turn}).encode()
+
+    async def twice_authorized():
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"authorization", b"Bearer forged"),
+            (b"authorization", f"Bearer {CREDENTIAL}".encode()),
+            (b"host", b"127.0.0.1"),
+        ]
+        communicator = HttpCommunicator(
+            application, "POST", f"/api/v1/runtime/sessions/{session.pk}/events/", body, headers
+        )
+        return (await communicator.get_response(timeout=10))["status"]
+
+    assert run_scenario(twice_authorized) == 401
+    large = {"kind": "tool_result", "payload": {"output": "x" * 300_000}}
+    assert report(session.pk, {"events": [large], "turn": turn}) == (200, {"last_seq": turn + 1})
+    assert len(view_calls) == 1  # the large one; the view refused the other before its post
