@@ -45,7 +45,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         after = query.get("after", ["0"])[0]
         self.last_seq = int(after) if after.isdigit() else 0
         self.sending = asyncio.Lock()
-        self.last_live = time.monotonic()
+        self.last_heard = time.monotonic()
         self.group = session_group(self.session.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
@@ -59,11 +59,15 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def catch_up_regularly(self):
-        """While live events come, the stream works and a gap shows in their seqs."""
+        """Reads the database once CATCH_UP_SECONDS passed without a live event or a
+        read: while live events come, the stream works and a gap shows in their seqs."""
         while True:
-            await asyncio.sleep(CATCH_UP_SECONDS)
-            if time.monotonic() - self.last_live >= CATCH_UP_SECONDS:
-                await self.send_from_database()
+            quiet = time.monotonic() - self.last_heard
+            if quiet < CATCH_UP_SECONDS:
+                await asyncio.sleep(CATCH_UP_SECONDS - quiet)
+                continue
+            await self.send_from_database()
+            self.last_heard = time.monotonic()
 
     async def send_from_database(self):
         async with self.sending:
@@ -79,7 +83,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
                 return
 
     async def agent_events(self, message):
-        self.last_live = time.monotonic()
+        self.last_heard = time.monotonic()
         async with self.sending:
             for event in message["events"]:
                 if event["seq"] <= self.last_seq:
