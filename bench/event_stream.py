@@ -76,7 +76,8 @@ def run_runtime(
 
 async def _runtime(credential, session_ids, posts, batch, pace, turn) -> dict:
     """One sequence of POSTs per session, one POST in flight at a time (the runtime's
-    send lock); with `pace`, a POST starts at most every `pace` seconds (its flush). Each
+    send lock); with `pace`, a POST starts at most every `pace` seconds (its flush), the
+    sessions' first POSTs spread over one `pace` (real agents do not report in step). Each
     says its turn, as the runtime does, unless `turn` is None (an agent of before turns,
     whose reports Django's view stores: the path every report took before)."""
     import aiohttp
@@ -87,9 +88,11 @@ async def _runtime(credential, session_ids, posts, batch, pace, turn) -> dict:
     connector = aiohttp.TCPConnector(force_close=True, limit=0)
     async with aiohttp.ClientSession(connector=connector) as http:
 
-        async def one_session(session_id):
+        async def one_session(position, session_id):
             url = f"{BASE}/api/v1/runtime/sessions/{session_id}/events/"
             durations, failures = [], []
+            # Agents are not in step: paced sessions start spread over one interval.
+            await asyncio.sleep(pace * position / len(session_ids))
             for number in range(posts):
                 sent = time.time_ns()
                 events = [
@@ -111,7 +114,7 @@ async def _runtime(credential, session_ids, posts, batch, pace, turn) -> dict:
             return durations, failures
 
         started = time.time_ns()
-        results = await asyncio.gather(*(one_session(s) for s in session_ids))
+        results = await asyncio.gather(*(one_session(*s) for s in enumerate(session_ids)))
     return {
         "started": started,
         "durations": [d for durations, _ in results for d in durations],
@@ -318,6 +321,14 @@ def process_cpu(pid: int) -> float:
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
+def children(pid: int) -> list[int]:
+    """The daphne processes of `manage.py serve_web` (none under a bare daphne)."""
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 def pids_named(name: str) -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():
@@ -350,7 +361,7 @@ class Resources:
 
     def _cpu(self) -> dict[str, float]:
         return {
-            "daphne": process_cpu(self.daphne_pid),
+            "daphne": sum(map(process_cpu, [self.daphne_pid, *children(self.daphne_pid)])),
             # a process's figure includes its exited children: the postmaster's, the backends
             "postgres": sum(process_cpu(pid) for pid in pids_named("postgres")),
             "redis": sum(process_cpu(pid) for pid in pids_named("redis-server")),
@@ -704,6 +715,10 @@ def main() -> None:
         "--without-turn", action="store_true",
         help="reports without their turn: all stored by Django's view (the path before)",
     )  # fmt: skip
+    parser.add_argument(
+        "--web-processes", type=int, default=0,
+        help="serve with `manage.py serve_web --processes N` (default: one bare daphne)",
+    )  # fmt: skip
     args = parser.parse_args()
     os.environ.update(ENVIRONMENT)
     sys.path.insert(0, str(ROOT))
@@ -724,8 +739,12 @@ def main() -> None:
     if not port_free(PORT):  # or the figures would be another web process's
         sys.exit(f"port {PORT} is taken: a web process left by an earlier run? Stop it first.")
     logs = Path(tempfile.mkdtemp(prefix="bench-events-"))
-    web = ["daphne", "-b", "127.0.0.1", "-p", str(PORT), "quor.asgi:application"]
-    daphne = start([sys.executable, "-m", *web], logs / "daphne.log")
+    if args.web_processes:
+        web = ["manage.py", "serve_web", "--port", str(PORT)]
+        web += ["--processes", str(args.web_processes)]
+    else:
+        web = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(PORT), "quor.asgi:application"]
+    daphne = start([sys.executable, *web], logs / "daphne.log")
     worker = start([sys.executable, __file__, "--worker"], logs / "worker.log")
     fixtures["daphne_pid"] = daphne.pid
     fixtures["turn"] = None if args.without_turn else TURN

@@ -15,8 +15,9 @@ from quor.monitoring import DatabaseGauges  # noqa: E402
 from quor.routing import websocket_urlpatterns  # noqa: E402
 from sandboxes.api.ingest import RuntimeProgressReports  # noqa: E402
 
-# The web process (one per replica) also serves the gauges read from PostgreSQL.
-if settings.QUOR_METRICS_PORT:
+# The web process also serves the gauges read from PostgreSQL; under `manage.py serve_web`
+# (which set PROMETHEUS_MULTIPROC_DIR) that one serves them and the sum of its processes'.
+if settings.QUOR_METRICS_PORT and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     metrics.serve(settings.QUOR_METRICS_PORT, collectors=[DatabaseGauges()])
 
 # Quor only: web apps are served on their own hosts by their own process

@@ -1,6 +1,7 @@
 """The one settings module. Every setting comes from the environment, has a safe
 development default and a row in the README's configuration table."""
 
+import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -136,6 +137,9 @@ X_FRAME_OPTIONS = "DENY"
 QUOR_MAX_REQUEST_BYTES = envint("QUOR_MAX_REQUEST_BYTES", 10 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = QUOR_MAX_REQUEST_BYTES
 
+# daphne processes `manage.py serve_web` runs on its one socket: one core each.
+QUOR_WEB_PROCESSES = envint("QUOR_WEB_PROCESSES", len(os.sched_getaffinity(0)))
+
 # Items per page of an API list when the request gives no `page_size` (README, "API").
 QUOR_API_PAGE_SIZE = envint("QUOR_API_PAGE_SIZE", 50)
 # Largest `page_size` an API list honours; a larger one is capped to it.
@@ -183,8 +187,10 @@ SPECTACULAR_SETTINGS = {
 
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        # channels_redis waits 5 s for messages; redis-py's own read timeout must be longer.
+        # Redis pub/sub: a session's events cross Redis once per web process that has
+        # viewers of it, not once per viewer (docs/performance.md). Delivery is at most
+        # once; viewers fill any gap from the database (sandboxes/sessions/consumers.py).
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
         # A restart of Redis leaves dead connections in the pool: a command that meets one
         # is sent again on a new connection instead of failing a viewer's connect.
         "CONFIG": {
@@ -195,9 +201,6 @@ CHANNEL_LAYERS = {
                     "retry_on_error": [redis.exceptions.ConnectionError],
                 }
             ],
-            # Messages waiting per viewer before the layer drops new ones (viewers then
-            # fill gaps from the database).
-            "capacity": 1500,
         },
     }
 }

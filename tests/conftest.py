@@ -205,7 +205,8 @@ def process_env(django_db_setup):
 
 @pytest.fixture(scope="session")
 def quor_web(process_env):
-    """Quor's web process (daphne) on the test database: the sandboxes' Quor API."""
+    """Quor's web tier as deployed (`manage.py serve_web`, two daphne processes) on the
+    test database: the sandboxes' Quor API."""
     import sys
     from urllib.parse import urlsplit
 
@@ -216,20 +217,12 @@ def quor_web(process_env):
     url = urlsplit(settings.QUOR_SANDBOX_API_URL)
     process = _start(
         [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            url.hostname,
-            "-p",
-            str(url.port),
-            "--access-log",
-            "/dev/null",
-            "quor.asgi:application",
+            sys.executable, "manage.py", "serve_web",
+            "--bind", url.hostname, "--port", str(url.port), "--processes", "2",
         ],
         process_env,
         "quor-web",
-    )
+    )  # fmt: skip
     wait_for_port(url.hostname, url.port)
     yield settings.QUOR_SANDBOX_API_URL
     _stop(process)

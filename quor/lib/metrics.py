@@ -207,16 +207,19 @@ def serve(port: int, *, collectors=()) -> None:
     logger.info("metrics on %s:%d", settings.QUOR_METRICS_ADDRESS, port)
 
 
-def serve_multiprocess(port: int) -> None:
-    """For a process whose forked children record metrics: from now on every process
-    writes its values to files in a new directory, and this one serves their sum. Call it
-    before the first fork and before any metric is used."""
+def serve_multiprocess(port: int, *, collectors=()) -> None:
+    """For a process whose children record metrics (forked, or started with its
+    environment): from now on every process writes its values to files in a new
+    directory, and this one serves their sum, and those of `collectors`. Call it before
+    the first child and before any metric is used."""
     directory = tempfile.mkdtemp(prefix="quor-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
     values.ValueClass = values.MultiProcessValue()
     atexit.register(_remove_directory, directory, os.getpid())
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry, path=directory)
+    for collector in collectors:
+        registry.register(collector)
     start_http_server(port, addr=settings.QUOR_METRICS_ADDRESS, registry=registry)
     logger.info(
         "metrics of this process and its children on %s:%d", settings.QUOR_METRICS_ADDRESS, port

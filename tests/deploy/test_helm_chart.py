@@ -872,9 +872,8 @@ def test_every_control_plane_container_is_locked_down(render, value_set):
 def test_each_process_runs_by_its_command_and_serves_metrics(defaults):
     # args: the image's entrypoint (tini) runs each command as its child.
     commands = {name: component(defaults, name)["containers"][0]["args"] for name in CONTROL_PLANE}
-    # daphne's own access log (full URLs, query strings, not JSON) off: Quor logs access.
-    web = ["daphne", "-b", "0.0.0.0", "-p", "8000", "--access-log", "/dev/null"]  # noqa: S104
-    assert commands["web"] == [*web, "quor.asgi:application"]
+    web = ["python", "manage.py", "serve_web", "--bind", "0.0.0.0", "--port", "8000"]  # noqa: S104
+    assert commands["web"] == [*web, "--processes", "2"]
     for worker in WORKERS:  # one per Celery queue
         queue = worker.removeprefix("worker-")
         assert commands[worker][:8] == [

@@ -57,9 +57,9 @@ class Processes:
                     continue
 
 
-def daphne(port: int) -> list[str]:
-    return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-            "--access-log", os.devnull, "quor.asgi:application"]  # fmt: skip
+def web(port: int) -> list[str]:
+    """Quor's web tier as deployed: two daphne processes on one socket."""
+    return [sys.executable, "manage.py", "serve_web", "--port", str(port), "--processes", "2"]
 
 
 def celery_worker(queue: str) -> list[str]:

@@ -19,9 +19,9 @@ from tests.docker_helpers import wait_for_port
 from tests.quor.running import (
     Processes,
     celery_worker,
-    daphne,
     free_port,
     json_lines,
+    web,
 )
 
 SECRET = "s3cr3t-do-not-log"
@@ -86,7 +86,7 @@ def test_the_web_process_writes_json_lines_with_the_request_id_and_without_query
     processes,
 ):
     port = free_port()
-    log = processes.start("web", daphne(port), QUOR_LOG_FORMAT="json", QUOR_LOG_LEVEL="INFO")
+    log = processes.start("web", web(port), QUOR_LOG_FORMAT="json", QUOR_LOG_LEVEL="INFO")
     wait_for_port("127.0.0.1", port, log=log)
 
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)

@@ -1,5 +1,5 @@
 """Every Quor process serves Prometheus metrics on QUOR_METRICS_PORT. Scraped over HTTP
-from real processes: the web process (daphne), a Celery worker whose two prefork
+from real processes: the web tier (two daphne processes), a Celery worker whose two prefork
 children run the tasks, beat, the egress proxy with two acceptor processes, and the web
 app proxy. Then what the services record, read in this process."""
 
@@ -24,11 +24,11 @@ from tests.docker_helpers import host_ipv4_addresses, wait_for_port
 from tests.quor.running import (
     Processes,
     celery_worker,
-    daphne,
     eventually,
     free_port,
     sample,
     scrape,
+    web,
 )
 
 
@@ -51,19 +51,21 @@ def test_every_metric_has_labels_so_that_a_process_can_switch_to_multiprocess_mo
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_web_process_counts_api_errors_and_serves_gauges_read_from_postgresql(owner, processes):
+def test_the_web_tier_counts_api_errors_of_all_its_processes_and_serves_gauges_from_postgresql(
+    owner, processes
+):
     factories.make_sandbox(owner, state="sleeping")
     session = factories.make_session(owner, status="running")
     ApprovalRequest.objects.create(
         session=session, app_name="Forge", actions=[], method="POST", url="https://apps.test/",
         summary="Forge: issues.create", expires_at=timezone.now() + timedelta(minutes=5),
     )  # fmt: skip
-    web, metrics_port = free_port(), free_port()
-    log = processes.start("web", daphne(web), QUOR_METRICS_PORT=str(metrics_port))
-    wait_for_port("127.0.0.1", web, log=log)
+    web_port, metrics_port = free_port(), free_port()
+    log = processes.start("web", web(web_port), QUOR_METRICS_PORT=str(metrics_port))
+    wait_for_port("127.0.0.1", web_port, log=log)
 
     for _ in range(2):
-        connection = http.client.HTTPConnection("127.0.0.1", web, timeout=10)
+        connection = http.client.HTTPConnection("127.0.0.1", web_port, timeout=10)
         connection.request("GET", "/api/v1/no-such-endpoint/")
         assert connection.getresponse().status == 404
 

@@ -109,14 +109,13 @@ def test_the_production_section_starts_every_kind_of_process():
     commands = [program(argv) for argv in production_commands()]
     kinds = {
         "migrate": ["manage.py", "migrate"],
-        "web": ["daphne"],
+        "web": ["manage.py", "serve_web"],
         "beat": ["celery", "-A", "quor", "beat"],
         "egress proxy": ["manage.py", "run_egress_proxy"],
         "web app proxy": ["manage.py", "run_webapp_proxy"],
     }
     listed = {kind for kind, start in kinds.items() for c in commands if c[: len(start)] == start}
     assert listed == set(kinds)
-    assert any(c[0] == "daphne" and c[-1] == "quor.asgi:application" for c in commands)
     assert any(worker_queues(argv) for argv in production_commands())
 
 
