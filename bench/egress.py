@@ -250,13 +250,14 @@ os._exit(0)
 # --- the upstream: its own process, so its CPU and its GIL are its own --------------------
 
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n"
-SEEN, KEY_OK, KEY_OTHER = range(3)
+SEEN, KEY_OK, KEY_OTHER, PROVIDER_TLS, PROVIDER_TLS_RESUMED = range(5)
 
 
 def serve_upstreams(cert: Path, key: Path, counters, ready) -> None:
     """Plain HTTP on APP_PORT, HTTPS on PROVIDER_PORT and TUNNEL_PORT (one certificate
     for both names), keep-alive, a fixed 3-byte body; and the fake DNS server. Counts
-    requests and what arrived in x-api-key."""
+    requests, what arrived in x-api-key, and the TLS handshakes on PROVIDER_PORT (only
+    Quor's proxy connects there) and how many of them resumed a session."""
     import asyncio
     import ssl
 
@@ -289,10 +290,17 @@ def serve_upstreams(cert: Path, key: Path, counters, ready) -> None:
         finally:
             writer.close()
 
+    async def handle_provider(reader, writer):
+        counters[PROVIDER_TLS] += 1
+        counters[PROVIDER_TLS_RESUMED] += writer.get_extra_info("ssl_object").session_reused
+        await handle(reader, writer)
+
     async def main():
         servers = [
             await asyncio.start_server(handle, "127.0.0.1", APP_PORT, backlog=1024),
-            await asyncio.start_server(handle, "127.0.0.1", PROVIDER_PORT, ssl=tls, backlog=1024),
+            await asyncio.start_server(
+                handle_provider, "127.0.0.1", PROVIDER_PORT, ssl=tls, backlog=1024
+            ),
             await asyncio.start_server(handle, "127.0.0.1", TUNNEL_PORT, ssl=tls, backlog=1024),
         ]
         ready.set()
@@ -662,7 +670,7 @@ def measure_traffic(args, levels, began) -> None:
 
     upstream_ca, cert, key = make_test_ca(WORK, [PROVIDER_HOST, TUNNEL_HOST])
     upstream_ca_pem = upstream_ca.read_text()
-    counters = multiprocessing.get_context("fork").Array("q", 3, lock=False)
+    counters = multiprocessing.get_context("fork").Array("q", 5, lock=False)
     ready = multiprocessing.get_context("fork").Event()
     upstream = multiprocessing.get_context("fork").Process(
         target=serve_upstreams, args=(cert, key, counters, ready), daemon=True
@@ -802,6 +810,10 @@ def measure_traffic(args, levels, began) -> None:
         }, user=user)  # fmt: skip
         key_ok = counters[KEY_OK] - seen_before[KEY_OK]
         key_other = counters[KEY_OTHER] - seen_before[KEY_OTHER]
+        upstream_tls = (
+            counters[PROVIDER_TLS] - seen_before[PROVIDER_TLS],
+            counters[PROVIDER_TLS_RESUMED] - seen_before[PROVIDER_TLS_RESUMED],
+        )
         time.sleep(2)  # the audit thread writes every half second: let it finish
         quor.stop()
         quor = None
@@ -843,7 +855,9 @@ def measure_traffic(args, levels, began) -> None:
         upstream.join(5)
         # The bench network stays, as bench/sandbox_lifecycle.py leaves it.
 
-    report(rows, levels, audit, key_ok, key_other, load_before, time.monotonic() - began)
+    report(
+        rows, levels, audit, key_ok, key_other, upstream_tls, load_before, time.monotonic() - began
+    )
 
 
 def _aware(timestamp: float):
@@ -852,7 +866,7 @@ def _aware(timestamp: float):
     return datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
 
 
-def report(rows, levels, audit, key_ok, key_other, load_before, elapsed) -> None:
+def report(rows, levels, audit, key_ok, key_other, upstream_tls, load_before, elapsed) -> None:
     print()
     print(
         "Load generator: stdlib Python, one thread and one connection per client "
@@ -945,6 +959,10 @@ def report(rows, levels, audit, key_ok, key_other, load_before, elapsed) -> None
     print(
         f"Injection check: the upstream saw the real key in {key_ok} requests and anything "
         f"else in x-api-key in {key_other}."
+    )
+    print(
+        f"TLS handshakes of Quor's proxy with the injected upstream: {upstream_tls[0]}, "
+        f"{upstream_tls[1]} of them resumed a session."
     )
     sent = {
         "forwarded": ("requests", sum(r["total"] for r in rows if r["label"] == "quor http")),

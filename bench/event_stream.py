@@ -205,16 +205,6 @@ def ensure_database() -> None:
     psql(f"ALTER DATABASE {DATABASE} CONNECTION LIMIT {CONNECTION_LIMIT}")
 
 
-def clear_channel_layer() -> None:
-    """Drops the channel layer's keys in the bench's Redis db (groups of viewers a previous
-    run left behind, for instance when daphne was stopped)."""
-    import redis
-
-    client = redis.Redis.from_url(ENVIRONMENT["REDIS_URL"])
-    for key in client.scan_iter("asgi:*"):
-        client.delete(key)
-
-
 def make_fixtures() -> dict:
     """An organization, a member with a running sandbox (and its runtime credential), a
     provider, an API token, a browser session cookie and the sessions to stream."""
@@ -733,7 +723,6 @@ def main() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, interactive=False)
-    clear_channel_layer()
     fixtures = make_fixtures()
 
     if not port_free(PORT):  # or the figures would be another web process's
@@ -763,7 +752,6 @@ def main() -> None:
         pool.shutdown()
         stop(daphne)
         stop(worker)
-        clear_channel_layer()
 
     way = "without their turn (Django's view)" if args.without_turn else "with their turn"
     print(f"\n{os.cpu_count()} CPUs; reports {way}; daphne's and the worker's logs: {logs}\n")

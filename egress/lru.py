@@ -26,3 +26,7 @@ class LruCache:
             self._entries.move_to_end(key)
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)
+
+    def discard(self, key) -> None:
+        with self._lock:
+            self._entries.pop(key, None)

@@ -16,7 +16,7 @@ import threading
 from http import HTTPStatus
 
 from django.conf import settings
-from proxy.common.constants import DEFAULT_SSL_CONTEXT_OPTIONS
+from proxy.common.constants import DEFAULT_BUFFER_SIZE, DEFAULT_SSL_CONTEXT_OPTIONS
 from proxy.core.connection import TcpServerConnection
 from proxy.http.exception import HttpProtocolException, HttpRequestRejected
 from proxy.http.handler import HttpProtocolHandler
@@ -433,11 +433,17 @@ def answer_unreadable_first_requests() -> None:
 
 def reuse_upstream_tls_contexts() -> None:
     """proxy.py builds a new upstream SSLContext, parsing the whole trust bundle (about
-    20 ms for the host's store), for every intercepted connection. Build each context
-    once per process instead; the rest is proxy.py's `TcpServerConnection.wrap`."""
+    20 ms for the host's store), for every intercepted connection, and makes a full
+    handshake with certificate verification each time. Build each context once per
+    process instead, and resume the last TLS session of the same host name and port
+    made with that context (`tls.UpstreamSessions`). A TLS 1.3 session is resumable only
+    once its ticket arrived, after the handshake but before the upstream's first answer:
+    it is kept when that answer is read (proxy.py's teardown drops the SSL object before
+    closing). The rest is proxy.py's."""
     original = TcpServerConnection.wrap
     if getattr(original, "quor_cached", False):
         return
+    original_recv = TcpServerConnection.recv
 
     @functools.lru_cache(maxsize=8)
     def context(ca_file, verify_mode, check_hostname):
@@ -445,21 +451,39 @@ def reuse_upstream_tls_contexts() -> None:
         ctx.options |= DEFAULT_SSL_CONTEXT_OPTIONS
         ctx.check_hostname = check_hostname
         ctx.verify_mode = verify_mode
-        return ctx
+        return ctx, tls.UpstreamSessions()
 
     def wrap(
         self, hostname=None, ca_file=None, as_non_blocking=False, verify_mode=ssl.CERT_REQUIRED
     ):
         check_hostname = verify_mode != ssl.CERT_NONE and hostname is not None
+        ctx, sessions = context(ca_file, verify_mode, check_hostname)
+        port = self.addr[1]
+        session = None if hostname is None else sessions.get(hostname, port)
         self.connection.setblocking(True)
-        self._conn = context(ca_file, verify_mode, check_hostname).wrap_socket(
-            self.connection, server_hostname=hostname
-        )
+        try:
+            self._conn = ctx.wrap_socket(self.connection, server_hostname=hostname, session=session)
+        except OSError:
+            if session is not None:
+                sessions.forget(hostname, port)
+            raise
+        if hostname is not None:
+            self.quor_session_key = (sessions, hostname, port)
         if as_non_blocking:
             self.connection.setblocking(False)
 
+    def recv(self, buffer_size=DEFAULT_BUFFER_SIZE):
+        data = original_recv(self, buffer_size)
+        key = getattr(self, "quor_session_key", None)
+        if data is not None and key is not None:
+            sessions, hostname, port = key
+            sessions.keep(hostname, port, self.connection.session)
+            self.quor_session_key = None
+        return data
+
     wrap.quor_cached = True
     TcpServerConnection.wrap = wrap
+    TcpServerConnection.recv = recv
 
 
 def serve_intercepted_tls_from_cache(files: ca.CaFiles) -> None:

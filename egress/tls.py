@@ -15,6 +15,7 @@ from egress.ca import CaFiles, issue_leaf
 from egress.lru import LruCache
 
 LEAF_REISSUE_SECONDS = 24 * 3600  # well inside ca.LEAF_DAYS
+UPSTREAM_SESSION_SECONDS = 3600  # at most; less if the upstream's session says so
 
 
 class LeafContexts:
@@ -53,3 +54,31 @@ class LeafContexts:
             chain.flush()
             context.load_cert_chain(chain.name)
         return context
+
+
+class UpstreamSessions:
+    """The last resumable TLS session of each upstream destination, for the one client
+    context it was made with (OpenSSL refuses a session of another context): a new
+    connection to the same host name and port resumes it and skips the certificate
+    exchange and its verification. The host name is the one the session's certificate
+    was verified for, so a session is never offered to another host."""
+
+    def __init__(self, size: int = 1024):
+        self._sessions = LruCache(size)
+
+    def get(self, host: str, port: int) -> ssl.SSLSession | None:
+        found = self._sessions.get((host, port))
+        if found is None or time.monotonic() >= found[0]:
+            return None
+        return found[1]
+
+    def keep(self, host: str, port: int, session: ssl.SSLSession | None) -> None:
+        """Keeps `session` if it can be resumed (a TLS 1.3 session only once its ticket
+        arrived, after the handshake), in place of the destination's last one."""
+        if session is None or not (session.has_ticket or session.id):
+            return
+        lifetime = min(session.timeout, UPSTREAM_SESSION_SECONDS)
+        self._sessions.put((host, port), (time.monotonic() + lifetime, session))
+
+    def forget(self, host: str, port: int) -> None:
+        self._sessions.discard((host, port))

@@ -2,6 +2,7 @@
 development default and a row in the README's configuration table."""
 
 import os
+import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -137,8 +138,10 @@ X_FRAME_OPTIONS = "DENY"
 QUOR_MAX_REQUEST_BYTES = envint("QUOR_MAX_REQUEST_BYTES", 10 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = QUOR_MAX_REQUEST_BYTES
 
-# daphne processes `manage.py serve_web` runs on its one socket: one core each.
-QUOR_WEB_PROCESSES = envint("QUOR_WEB_PROCESSES", len(os.sched_getaffinity(0)))
+# daphne processes `manage.py serve_web` runs on its one socket: one core each; by
+# default one per CPU, at most 4 (each keeps 4 PostgreSQL connections, and Compose's
+# PostgreSQL allows 100 in all).
+QUOR_WEB_PROCESSES = envint("QUOR_WEB_PROCESSES", min(4, len(os.sched_getaffinity(0))))
 
 # Items per page of an API list when the request gives no `page_size` (README, "API").
 QUOR_API_PAGE_SIZE = envint("QUOR_API_PAGE_SIZE", 50)
@@ -192,12 +195,25 @@ CHANNEL_LAYERS = {
         # once; viewers fill any gap from the database (sandboxes/sessions/consumers.py).
         "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
         # A restart of Redis leaves dead connections in the pool: a command that meets one
-        # is sent again on a new connection instead of failing a viewer's connect.
+        # is sent again on a new connection instead of failing a viewer's connect. A
+        # publish holds the process's one lock of the layer: a Redis that does not answer
+        # may hold it 5 s, not more. The subscription only reads: a connection whose peer
+        # vanished without a word (a node lost, NAT forgotten) is found by TCP keepalive
+        # and a PING every 15 s, and replaced.
         "CONFIG": {
             "hosts": [
                 {
                     "address": REDIS_URL,
-                    "socket_timeout": 30,
+                    "socket_timeout": 5,
+                    "socket_connect_timeout": 5,
+                    "socket_keepalive": True,
+                    "socket_keepalive_options": {
+                        socket.TCP_KEEPIDLE: 15,
+                        socket.TCP_KEEPINTVL: 5,
+                        socket.TCP_KEEPCNT: 3,
+                        socket.TCP_USER_TIMEOUT: 30_000,
+                    },
+                    "health_check_interval": 15,
                     "retry_on_error": [redis.exceptions.ConnectionError],
                 }
             ],

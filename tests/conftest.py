@@ -175,22 +175,35 @@ def upstream_fakes():
 
 
 def _start(argv, env, log_name):
-    """Starts a process whose output goes to /tmp/quor-test/<log_name>.log."""
+    """Starts a process, in a process group of its own, whose output goes to
+    /tmp/quor-test/<log_name>.log."""
     import subprocess
     from pathlib import Path
 
     log = Path("/tmp/quor-test") / f"{log_name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as output:
-        return subprocess.Popen(argv, env=env, stdout=output, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            argv, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 def _stop(process):
+    """SIGTERM, as a deployment stops it (serve_web stops its daphne processes within
+    15 s), then SIGKILL to whatever of its group is left."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+
     process.terminate()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=20)
     try:
-        process.wait(timeout=15)
-    except Exception:
-        process.kill()
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    process.wait()
 
 
 @pytest.fixture(scope="session")
@@ -212,7 +225,7 @@ def quor_web(process_env):
 
     from django.conf import settings
 
-    from tests.docker_helpers import wait_for_port
+    from tests.docker_helpers import wait_for_http
 
     url = urlsplit(settings.QUOR_SANDBOX_API_URL)
     process = _start(
@@ -223,7 +236,7 @@ def quor_web(process_env):
         process_env,
         "quor-web",
     )  # fmt: skip
-    wait_for_port(url.hostname, url.port)
+    wait_for_http(f"{settings.QUOR_SANDBOX_API_URL}/healthz")
     yield settings.QUOR_SANDBOX_API_URL
     _stop(process)
 

@@ -6,12 +6,27 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import docker
 
 from sandboxes.backends.base import RuntimeMissing
 from sandboxes.backends.docker import DockerBackend
+
+
+def wait_for_http(url: str, timeout: float = 60) -> None:
+    """Returns once `url` answers 2xx: a web tier that accepts connections (its socket is
+    bound first) may still be loading Django."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5):  # noqa: S310 (errors raise)
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
 
 
 def wait_for_port(host: str, port: int, timeout: float = 30, log: Path | None = None) -> None:

@@ -6,6 +6,7 @@ token-like strings out of both (settings.LOGGING puts it on the one handler)."""
 import json
 import logging
 import re
+import time
 import uuid
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -24,6 +25,16 @@ def request_id_from(header: str | None) -> str:
     if header and SAFE_REQUEST_ID.fullmatch(header):
         return header
     return uuid.uuid4().hex
+
+
+_access_logger = logging.getLogger("quor.access")
+
+
+def log_access(method: str, path: str, status: int, started: float) -> None:
+    """The access line of a request (path without its query), in its request id's
+    context; `started` is its time.monotonic() at arrival."""
+    elapsed = (time.monotonic() - started) * 1000
+    _access_logger.info("%s %s %s %.0fms", method, path, status, elapsed)
 
 
 MASK = "***"

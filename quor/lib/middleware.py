@@ -12,7 +12,6 @@ from quor.lib import logs
 from quor.lib.errors import error_response
 
 logger = logging.getLogger(__name__)
-access_logger = logging.getLogger("quor.access")
 
 UPLOAD_CONTENT_TYPES = ("application/octet-stream", "multipart/form-data")
 
@@ -32,13 +31,7 @@ class RequestIdMiddleware:
         try:
             response = self.get_response(request)
             response["X-Request-ID"] = request.request_id
-            access_logger.info(
-                "%s %s %s %.0fms",
-                request.method,
-                request.path,
-                response.status_code,
-                (time.monotonic() - started) * 1000,
-            )
+            logs.log_access(request.method, request.path, response.status_code, started)
             return response
         finally:
             logs.request_id.reset(token)

@@ -22,7 +22,6 @@ from sandboxes.sessions.events import session_events_publish
 from sandboxes.sessions.services import session_progress_report
 
 logger = logging.getLogger(__name__)
-access_logger = logging.getLogger("quor.access")
 REPORT_PATH = re.compile(r"/api/v1/runtime/sessions/(?P<session>[^/]+)/events/")
 _store = on_kept_connection(session_progress_report)
 # A progress report is text deltas and tool events; a larger body (a long tool output)
@@ -82,9 +81,7 @@ class RuntimeProgressReports:
         await send({"type": "http.response.body", "body": response})
         token = logs.request_id.set(request_id)
         try:
-            access_logger.info(
-                "POST %s 200 %.0fms", scope["path"], (time.monotonic() - started) * 1000
-            )
+            logs.log_access("POST", scope["path"], 200, started)
         finally:
             logs.request_id.reset(token)
 
