@@ -13,6 +13,7 @@ import asyncio
 import time
 from urllib.parse import parse_qs
 
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from quor.lib.errors import QuorError
@@ -51,6 +52,17 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         await self.send_from_database()
         self.catch_up = asyncio.create_task(self.catch_up_regularly())
+
+    async def dispatch(self, message):
+        """As Channels' own, without its close_old_connections before each message: that
+        call waits for the process's one sync thread, shared with Django's views, for
+        every event and viewer (at 50 busy sessions a sixth of the web process's time,
+        bench/event_stream.py). This consumer holds no connection there: its reads run
+        on kept connections."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def disconnect(self, code):
         if hasattr(self, "catch_up"):

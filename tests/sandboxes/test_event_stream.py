@@ -184,6 +184,34 @@ def test_an_event_whose_live_message_was_lost_still_arrives(owner, monkeypatch):
     run_scenario(scenario)
 
 
+def test_live_events_reach_a_viewer_while_the_process_sync_thread_is_busy(owner):
+    """Django's views and every thread-sensitive call of the web process share one
+    thread: a viewer's live events must not wait for it."""
+    import asyncio
+    import time
+
+    from asgiref.sync import sync_to_async
+
+    from sandboxes.sessions.events import session_events_publish
+
+    session = factories.make_session(owner)
+    cookie = cookie_for(owner)
+    live = {"seq": 1, "kind": "assistant_text", "payload": {"text": "live"}, "created_at": "now"}
+
+    async def scenario():
+        communicator = connect(session, cookie)
+        assert (await communicator.connect())[0]
+        busy = asyncio.ensure_future(sync_to_async(time.sleep)(3))
+        await asyncio.sleep(0.2)
+        await session_events_publish(session.pk, [live])
+        assert await communicator.receive_json_from(timeout=1) == live
+        assert not busy.done()
+        await busy
+        await communicator.disconnect()
+
+    run_scenario(scenario)
+
+
 def test_a_viewer_that_left_in_the_middle_of_a_burst_does_not_break_the_next_viewers():
     """A receive cancelled while it waits (a viewer disconnecting as events pour in)
     must not break a later burst of events in another scenario (another event loop) of
