@@ -144,13 +144,13 @@ class SandboxBackend:
         raise NotImplementedError
 
     def egress_proxy_address(self) -> str:
-        """The address at which this backend's sandboxes reach the egress proxy (the proxy
-        listens there); sets up whatever the backend needs for that first."""
+        """The address at which this backend's sandboxes reach the egress proxy."""
         raise NotImplementedError
 
     def egress_proxy_listen_address(self) -> str:
         """Where the egress proxy process binds: the address sandboxes reach, unless
-        something routes that address to it (a Service in front of the proxy's pods)."""
+        something routes that address to it (a Service in front of the proxy's pods).
+        Sets up whatever the backend needs for that first."""
         return self.egress_proxy_address()
 
     def image_ref(self, image: str) -> str:

@@ -152,9 +152,15 @@ class DockerBackend(SandboxBackend):
             )
 
     def egress_proxy_address(self) -> str:
-        """The host's address on the sandboxes' bridge (created if missing)."""
-        self.ensure_network()
+        """The host's address on the sandboxes' bridge. Asked for every command of a
+        sandbox (its proxy settings), which runs on the bridge already: no Engine call."""
         return sandbox_network_gateway()
+
+    def egress_proxy_listen_address(self) -> str:
+        """The same address, which the host has once the bridge exists (created if
+        missing)."""
+        self.ensure_network()
+        return self.egress_proxy_address()
 
     def ensure_network(self):
         """The dedicated bridge: internal (no route out), no traffic between containers,
