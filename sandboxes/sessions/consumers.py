@@ -55,10 +55,11 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
 
     async def dispatch(self, message):
         """As Channels' own, without its close_old_connections before each message: that
-        call waits for the process's one sync thread, shared with Django's views, for
-        every event and viewer (at 50 busy sessions a sixth of the web process's time,
-        bench/event_stream.py). This consumer holds no connection there: its reads run
-        on kept connections."""
+        call waits, for every event and viewer, for the process's one thread of
+        thread-sensitive work outside a request, shared by every viewer and every
+        WebSocket connect's user lookup (at 50 busy sessions 6 % of the web process's
+        time, bench/event_stream.py). This consumer holds no connection there: its reads
+        run on kept connections."""
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
