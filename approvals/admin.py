@@ -4,6 +4,7 @@ from django.utils.text import Truncator
 from approvals.models import ApprovalRequest
 from apps.models import Policy
 from quor.admin import OrganizationAdminAccess, ReadOnlyAdmin
+from quor.lib.permissions import Permission
 
 POLICY_LABELS = {value: label.lower() for value, label in Policy.choices}
 
@@ -13,6 +14,12 @@ class ApprovalRequestAdmin(ReadOnlyAdmin, OrganizationAdminAccess, admin.ModelAd
     """A read-only record of what was asked, in whose session, and who decided."""
 
     organization_field = "session__owner__membership__organization"
+    admin_permissions = {
+        "view": Permission.ORGANIZATION_VIEW,
+        "add": None,
+        "change": None,
+        "delete": None,
+    }
     list_display = [
         "created_at",
         "session_owner",

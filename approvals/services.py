@@ -196,6 +196,14 @@ def _announce(session, decided: list[ApprovalRequest], grants=()) -> None:
     )
 
 
+def get_approval_for_owner(user, approval_id) -> ApprovalRequest:
+    """An approval request of one of the user's sessions; anyone else's is 404."""
+    found = ApprovalRequest.objects.filter(pk=approval_id, session__owner=user).first()
+    if found is None:
+        raise NotFound("No such approval request.", code="approvals.not_found")
+    return found
+
+
 def decide_approval(*, user, approval_id, decision: str) -> ApprovalRequest:
     """The session owner's answer. Anyone else: 404. Twice or too late: 409, no change."""
     if decision not in DECISIONS:
@@ -203,9 +211,7 @@ def decide_approval(*, user, approval_id, decision: str) -> ApprovalRequest:
             f"decision must be one of {', '.join(DECISIONS)}.", code="approvals.invalid_decision"
         )
     status, via = DECISIONS[decision]
-    found = ApprovalRequest.objects.filter(pk=approval_id, session__owner=user).first()
-    if found is None:
-        raise NotFound("No such approval request.", code="approvals.not_found")
+    found = get_approval_for_owner(user, approval_id)
     with transaction.atomic():
         _lock_session(found.session_id)
         approval = ApprovalRequest.objects.select_related("session").get(pk=found.pk)

@@ -15,6 +15,7 @@ from apps.catalog import catalog_app, load_catalog
 from apps.models import App, AppAction, AppCredential, Policy
 from quor.admin import OrganizationAdminAccess
 from quor.lib.errors import QuorError
+from quor.lib.permissions import Permission
 from quor.models import Organization
 
 CUSTOM = "_custom"  # catalog keys start with a letter
@@ -302,7 +303,7 @@ class AppAdmin(OrganizationAdminAccess, admin.ModelAdmin):
 
     def get_form(self, request, obj=None, **kwargs):
         form = super().get_form(request, obj, **kwargs)
-        membership = self._admin_membership(request)
+        membership = self._membership_with(request, Permission.ORGANIZATION_VIEW)
         if "organization" in form.base_fields and not request.user.is_superuser and membership:
             field = form.base_fields["organization"]
             field.queryset = Organization.objects.filter(pk=membership.organization_id)

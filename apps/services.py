@@ -16,7 +16,7 @@ from apps import policy
 from apps.catalog import CatalogApp, catalog_app
 from apps.models import App, AppAction, AppCredential, Policy
 from quor.lib.errors import Conflict, InvalidInput, NotFound
-from quor.lib.permissions import check_organization_admin, get_active_membership
+from quor.lib.permissions import Permission, get_active_membership, require_permission, role_has
 from quor.models import Membership
 
 UNCHANGED = object()  # app_update: "leave this field as it is"
@@ -399,11 +399,11 @@ def app_credential_clear(*, app: App, user=None) -> bool:
 
 
 def apps_visible_to(user):
-    """The Apps of the user's organization that the user may see: all of them for an
-    organization admin, the enabled ones for everyone else."""
+    """The Apps of the user's organization that the user may see: all of them for those
+    who may read the organization's configuration, the enabled ones for everyone else."""
     membership = get_active_membership(user)
     apps = App.objects.filter(organization=membership.organization)
-    if not membership.is_admin:
+    if not role_has(membership.role, Permission.ORGANIZATION_VIEW):
         apps = apps.filter(enabled=True)
     return apps
 
@@ -419,7 +419,7 @@ def get_app_for_member(user, app_id) -> App:
 
 def get_app_for_admin(user, app_id) -> App:
     """An App of the admin's own organization (403 for members, 404 for others')."""
-    membership = check_organization_admin(user)
+    membership = require_permission(user, Permission.ORGANIZATION_MANAGE)
     app = (
         App.objects.filter(organization=membership.organization, pk=app_id).first()
         if _is_id(app_id)

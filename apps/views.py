@@ -2,7 +2,6 @@
 may do, and connect or disconnect their own token. Same services as the API."""
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.db.models import Prefetch, Q
 from django.http import Http404
 from django.shortcuts import redirect, render
@@ -12,6 +11,7 @@ from apps import services
 from apps.catalog import catalog_app
 from apps.models import AppAction, AppCredential
 from quor.lib.errors import QuorError
+from quor.lib.permissions import Permission, page_requires
 
 
 def _app_or_404(user, app_id):
@@ -21,7 +21,7 @@ def _app_or_404(user, app_id):
         raise Http404("No such App.") from None
 
 
-@login_required
+@page_requires(Permission.ACCOUNT)
 def app_list(request):
     try:
         apps = list(
@@ -44,7 +44,7 @@ def app_list(request):
     return render(request, "apps/app_list.html", {"apps": apps})
 
 
-@login_required
+@page_requires(Permission.SANDBOX_USE)
 @require_POST
 def app_credential_set(request, app_id):
     app = _app_or_404(request.user, app_id)
@@ -57,7 +57,7 @@ def app_credential_set(request, app_id):
     return redirect("app-list")
 
 
-@login_required
+@page_requires(Permission.SANDBOX_USE)
 @require_POST
 def app_credential_clear(request, app_id):
     app = _app_or_404(request.user, app_id)

@@ -172,9 +172,10 @@ class KnowledgeDocumentAdmin(OrganizationAdminAccess, admin.ModelAdmin):
         "source_updated_at", "access_text", "access_changed_at", "state", "error",
     ]  # fmt: skip
     readonly_fields = [f for f in fields if f != "access_text"]
-
-    def has_add_permission(self, request):
-        return False  # documents come from their sources
+    admin_permissions = {
+        **OrganizationAdminAccess.admin_permissions,
+        "add": None,  # documents come from their sources
+    }
 
     def save_model(self, request, obj, form, change):
         services.document_set_access(obj, form.cleaned_data["access"])

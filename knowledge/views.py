@@ -2,7 +2,6 @@
 admins also add files there."""
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -11,12 +10,12 @@ from knowledge.extraction import CONTENT_TYPES
 from knowledge.models import KnowledgeSource
 from knowledge.search import search_for_user, sources_readable_by
 from quor.lib.errors import InvalidInput, QuorError
-from quor.lib.permissions import check_organization_admin
+from quor.lib.permissions import Permission, page_requires, require_permission
 
 TYPE_LABELS = {"pdf": "PDF", "docx": "Word", "html": "HTML", "markdown": "Markdown", "text": "Text"}
 
 
-@login_required
+@page_requires(Permission.KNOWLEDGE_SEARCH)
 def knowledge_search(request):
     query = request.GET.get("q", "")
     source = request.GET.get("source", "")
@@ -50,7 +49,7 @@ def _upload_sources(user):
     """An organization admin's upload sources, for the page's upload form; None for
     everyone else (the form is not shown)."""
     try:
-        membership = check_organization_admin(user)
+        membership = require_permission(user, Permission.ORGANIZATION_MANAGE)
     except QuorError:
         return None
     return KnowledgeSource.objects.filter(
@@ -58,11 +57,11 @@ def _upload_sources(user):
     )
 
 
-@login_required
+@page_requires(Permission.ORGANIZATION_MANAGE)
 @require_POST
 def knowledge_upload(request):
     try:
-        membership = check_organization_admin(request.user)
+        membership = require_permission(request.user, Permission.ORGANIZATION_MANAGE)
         source_id = request.POST.get("source", "")
         source = None
         if source_id.isascii() and source_id.isdigit() and len(source_id) < 18:

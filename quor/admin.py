@@ -4,6 +4,8 @@ from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.db.models import Count
 from django.utils import timezone
 
+from quor.lib.errors import QuorError
+from quor.lib.permissions import Permission, check_role_change, role_has
 from quor.models import ApiToken, Membership, ModelProvider, Organization, User
 
 
@@ -21,14 +23,27 @@ class ReadOnlyAdmin:
 
 
 class OrganizationAdminAccess:
-    """Superusers see everything; organization admins (staff) see and manage their
-    own organization's rows only."""
+    """Superusers see everything; in an organization, the roles that may read its
+    configuration see its own rows only, and those that may change it change them
+    (quor/lib/permissions.py)."""
 
     organization_field = "organization"
+    admin_permissions = {
+        "view": Permission.ORGANIZATION_VIEW,
+        "add": Permission.ORGANIZATION_MANAGE,
+        "change": Permission.ORGANIZATION_MANAGE,
+        "delete": Permission.ORGANIZATION_MANAGE,
+    }
+    """What each role needs for each of the admin's actions; None: superusers only."""
 
-    def _admin_membership(self, request):
+    def _membership_with(self, request, permission):
         membership = getattr(request.user, "membership", None)
-        if membership and membership.is_admin and membership.organization.is_active:
+        if (
+            request.user.is_active
+            and membership
+            and membership.organization.is_active
+            and role_has(membership.role, permission)
+        ):
             return membership
         return None
 
@@ -36,20 +51,19 @@ class OrganizationAdminAccess:
         queryset = super().get_queryset(request)
         if request.user.is_superuser:
             return queryset
-        membership = self._admin_membership(request)
+        membership = self._membership_with(request, Permission.ORGANIZATION_VIEW)
         if membership is None:
             return queryset.none()
         return queryset.filter(**{self.organization_field: membership.organization})
 
-    def _allowed(self, request):
-        return (
-            request.user.is_active
-            and request.user.is_staff
-            and (request.user.is_superuser or self._admin_membership(request) is not None)
-        )
+    def _allowed(self, request, action):
+        if request.user.is_superuser:
+            return True
+        permission = self.admin_permissions[action]
+        return permission is not None and self._membership_with(request, permission) is not None
 
     def has_module_permission(self, request):
-        return self._allowed(request)
+        return self._allowed(request, "view")
 
     def get_list_filter(self, request):
         """An organization admin must not even see the names of other organizations."""
@@ -59,16 +73,16 @@ class OrganizationAdminAccess:
         return [f for f in filters if f != self.organization_field]
 
     def has_view_permission(self, request, obj=None):
-        return self._allowed(request)
+        return self._allowed(request, "view")
 
     def has_change_permission(self, request, obj=None):
-        return self._allowed(request)
+        return self._allowed(request, "change")
 
     def has_add_permission(self, request):
-        return self._allowed(request)
+        return self._allowed(request, "add")
 
     def has_delete_permission(self, request, obj=None):
-        return self._allowed(request)
+        return self._allowed(request, "delete")
 
 
 class MembershipInline(admin.TabularInline):
@@ -143,15 +157,31 @@ class MembershipAdmin(OrganizationAdminAccess, admin.ModelAdmin):
     search_fields = ["user__email", "organization__name"]
     list_select_related = ["user", "organization"]
     autocomplete_fields = ["user"]
-
-    def has_add_permission(self, request):
-        return request.user.is_superuser
-
-    def has_delete_permission(self, request, obj=None):
-        return request.user.is_superuser
+    admin_permissions = {
+        **OrganizationAdminAccess.admin_permissions,
+        "add": None,  # a member is added with their user (create_member, SCIM, SSO)
+        "delete": None,
+    }
 
     def get_readonly_fields(self, request, obj=None):
         return [] if request.user.is_superuser else ["user", "organization"]
+
+    def get_form(self, request, obj=None, **kwargs):
+        """The role field refuses what the editor may not give (check_role_change)."""
+        form = super().get_form(request, obj, **kwargs)
+        editor = request.user
+
+        class RoleCheckedForm(form):
+            def clean_role(self):
+                role = self.cleaned_data["role"]
+                if self.instance.pk and role != self.instance.role:
+                    try:
+                        check_role_change(editor, self.instance, role)
+                    except QuorError as exc:
+                        raise forms.ValidationError(exc.message) from None
+                return role
+
+        return RoleCheckedForm
 
 
 class ModelProviderForm(forms.ModelForm):
@@ -236,8 +266,12 @@ class ModelProviderAdmin(OrganizationAdminAccess, admin.ModelAdmin):
 
     def get_form(self, request, obj=None, **kwargs):
         form = super().get_form(request, obj, **kwargs)
-        membership = self._admin_membership(request)
-        if not request.user.is_superuser and membership is not None:
+        membership = self._membership_with(request, Permission.ORGANIZATION_VIEW)
+        if (
+            not request.user.is_superuser
+            and membership is not None
+            and "organization" in form.base_fields  # absent from a read-only view
+        ):
             organization_field = form.base_fields["organization"]
             organization_field.queryset = Organization.objects.filter(pk=membership.organization_id)
             organization_field.initial = membership.organization_id

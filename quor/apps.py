@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.contrib.admin.apps import AdminConfig
 
 
 class QuorConfig(AppConfig):
@@ -7,3 +8,7 @@ class QuorConfig(AppConfig):
 
     def ready(self):
         from quor import checks  # noqa: F401  (registers the system checks)
+
+
+class QuorAdminConfig(AdminConfig):
+    default_site = "quor.admin_site.QuorAdminSite"

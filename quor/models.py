@@ -71,8 +71,12 @@ class Organization(models.Model):
 
 class Membership(models.Model):
     class Role(models.TextChoices):
+        """What each role may do is in quor/lib/permissions.py (ROLE_PERMISSIONS)."""
+
+        OWNER = "owner", "Owner"
         ADMIN = "admin", "Admin"
         MEMBER = "member", "Member"
+        AUDITOR = "auditor", "Auditor (read-only)"
 
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership"
@@ -89,10 +93,6 @@ class Membership(models.Model):
 
     def __str__(self):
         return f"{self.user} in {self.organization} ({self.role})"
-
-    @property
-    def is_admin(self) -> bool:
-        return self.role == self.Role.ADMIN
 
 
 class ModelProvider(models.Model):

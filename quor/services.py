@@ -48,7 +48,7 @@ def member_create(
     can_use_sandbox: bool = True,
     password: str | None = None,
 ) -> User:
-    """A new user in the organization. Org admins may also log in to the admin site."""
+    """A new user in the organization, with a role (quor/lib/permissions.py)."""
     email = email.strip().lower()
     try:
         validate_email(email)
@@ -65,8 +65,7 @@ def member_create(
             validate_password(password)
         except ValidationError as exc:
             raise InvalidInput(" ".join(exc.messages), code="members.weak_password") from None
-    is_admin = role == Membership.Role.ADMIN
-    user = User.objects.create_user(email=email, password=password, is_staff=is_admin)
+    user = User.objects.create_user(email=email, password=password)
     Membership.objects.create(
         user=user, organization=organization, role=role, can_use_sandbox=can_use_sandbox
     )

@@ -41,7 +41,7 @@ REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "quor.apps.QuorAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -168,7 +168,7 @@ REST_FRAMEWORK = {
         "quor.lib.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["quor.lib.permissions.IsActiveMember"],
+    "DEFAULT_PERMISSION_CLASSES": ["quor.lib.permissions.DeclaredPermission"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -5,9 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from quor import views
 from quor.forms import EmailAuthenticationForm
-
-admin.site.site_header = "Quor administration"
-admin.site.site_title = "Quor admin"
+from quor.lib.permissions import public_page
 
 urlpatterns = [
     path("", include("sandboxes.urls")),
@@ -16,10 +14,10 @@ urlpatterns = [
     path("knowledge/", include("knowledge.urls")),
     path(
         "accounts/login/",
-        auth_views.LoginView.as_view(authentication_form=EmailAuthenticationForm),
+        public_page(auth_views.LoginView.as_view(authentication_form=EmailAuthenticationForm)),
         name="login",
     ),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/logout/", public_page(auth_views.LogoutView.as_view()), name="logout"),
     path("account/tokens/", views.api_tokens, name="api-tokens"),
     path("account/tokens/<int:token_id>/revoke", views.api_token_revoke, name="api-token-revoke"),
     path("admin/", admin.site.urls),

@@ -1,19 +1,21 @@
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.http import JsonResponse
+from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from quor import health, services
-from quor.lib.errors import QuorError, error_response
+from quor.lib.errors import NotFound, QuorError, error_response
+from quor.lib.permissions import Permission, page_requires, public_page
 
 
+@public_page
 @never_cache
 def healthz(request):
     return JsonResponse({"status": "ok"})
 
 
+@public_page
 @never_cache
 def readyz(request):
     checks = health.readiness()
@@ -30,12 +32,13 @@ def server_error(request):
     return render(request, "500.html", status=500)
 
 
+@public_page
 def api_not_found(request, unmatched=""):
     return error_response(404, "not_found", f"No API endpoint at {request.path}.")
 
 
 @never_cache
-@login_required
+@page_requires(Permission.ACCOUNT)
 @require_http_methods(["GET", "HEAD", "POST"])
 def api_tokens(request):
     """The user's personal API tokens; a POST creates one, whose value this response
@@ -62,11 +65,13 @@ def api_tokens(request):
     )
 
 
-@login_required
+@page_requires(Permission.ACCOUNT)
 @require_POST
 def api_token_revoke(request, token_id):
     try:
         token = services.api_token_revoke(user=request.user, token_id=token_id)
+    except NotFound:
+        raise Http404("No such token.") from None
     except QuorError as exc:
         messages.error(request, exc.message)
     else:

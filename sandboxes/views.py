@@ -2,7 +2,6 @@
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.db.models import Max
 from django.http import Http404
 from django.shortcuts import redirect, render
@@ -13,7 +12,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from apps.selectors import enabled_apps
 from quor import selectors as quor_selectors
 from quor.lib.errors import QuorError
-from quor.lib.permissions import get_active_membership
+from quor.lib.permissions import Permission, get_active_membership, page_requires
 from sandboxes import selectors
 from sandboxes.models import Sandbox, Session, Skill
 from sandboxes.runtime import services
@@ -107,14 +106,14 @@ def _new_session_form(request, *, values=None, error=None):
     )
 
 
-@login_required
+@page_requires(Permission.ACCOUNT)
 def session_list(request):
     """The user's sessions (`q`: those whose title or messages contain it) and the form
     that starts a new one."""
     return _new_session_form(request)
 
 
-@login_required
+@page_requires(Permission.SANDBOX_USE)
 @require_POST
 def session_new(request):
     values = {
@@ -138,7 +137,7 @@ def session_new(request):
     return redirect("session-detail", session_id=session.pk)
 
 
-@login_required
+@page_requires(Permission.SANDBOX_USE)
 @require_http_methods(["GET", "HEAD", "POST"])
 def session_detail(request, session_id):
     """The session (owner only). A POST is the web apps' sharing switch (`sharing`)."""
@@ -188,7 +187,7 @@ def _session_sharing(request, session):
     return redirect("session-detail", session_id=session.pk)
 
 
-@login_required
+@page_requires(Permission.SANDBOX_USE)
 @require_POST
 def session_follow_up(request, session_id):
     session = _session_or_404(request.user, session_id)
@@ -201,7 +200,7 @@ def session_follow_up(request, session_id):
     return redirect("session-detail", session_id=session.pk)
 
 
-@login_required
+@page_requires(Permission.SANDBOX_USE)
 @require_http_methods(["GET", "HEAD", "POST"])
 def session_rename(request, session_id):
     session = _session_or_404(request.user, session_id)
@@ -223,7 +222,7 @@ def session_rename(request, session_id):
     )
 
 
-@login_required
+@page_requires(Permission.SANDBOX_USE)
 @require_http_methods(["GET", "HEAD", "POST"])
 def session_delete(request, session_id):
     """A page that asks for confirmation; its POST deletes the session."""
@@ -255,7 +254,7 @@ def _back_to_list(request) -> str:
     return reverse("home")
 
 
-@login_required
+@page_requires(Permission.SANDBOX_USE)
 @require_POST
 def session_cancel(request, session_id):
     session = _session_or_404(request.user, session_id)
@@ -266,7 +265,7 @@ def session_cancel(request, session_id):
     return redirect("session-detail", session_id=session.pk)
 
 
-@login_required
+@page_requires(Permission.SANDBOX_USE)
 @require_POST
 def sandbox_start_empty(request):
     """The notice's button: only for a workspace that cannot be restored, and only

@@ -12,6 +12,7 @@ from django.core import signing
 from django.db import transaction
 
 from quor.lib.errors import InvalidInput, NotFound
+from quor.lib.permissions import Permission, role_has
 from quor.lib.tasks import send_on_commit
 from sandboxes import image
 from sandboxes.backends import get_backend
@@ -118,22 +119,24 @@ def webapp_payload(webapp: WebApp) -> dict:
 
 
 def can_view(user, webapp: WebApp) -> bool:
-    """The owner always; with Organization sharing, any active member of the owner's
-    active organization. Sharing exposes the app, nothing else of the session."""
+    """Viewers hold the web app permission in an active organization: the owner, and
+    with Organization sharing, anyone of the owner's organization. Sharing exposes the
+    app, nothing else of the session."""
     if user is None or not user.is_active:
+        return False
+    mine = getattr(user, "membership", None)
+    if mine is None or not mine.organization.is_active:
+        return False
+    if not role_has(mine.role, Permission.WEBAPP_VIEW):
         return False
     session = webapp.session
     if session.owner_id == user.pk:
         return True
-    if session.sharing != Session.Sharing.ORGANIZATION:
-        return False
-    mine = getattr(user, "membership", None)
     owners = getattr(session.owner, "membership", None)
     return bool(
-        mine
+        session.sharing == Session.Sharing.ORGANIZATION
         and owners
         and mine.organization_id == owners.organization_id
-        and mine.organization.is_active
     )
 
 

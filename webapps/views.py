@@ -1,11 +1,11 @@
 from urllib.parse import urlencode
 
-from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.clickjacking import xframe_options_deny
 
 from quor.lib.errors import NotFound
+from quor.lib.permissions import Permission, page_requires
 from webapps import services
 
 
@@ -16,7 +16,7 @@ def _webapp_or_404(user, label):
         raise Http404("No such web app.") from None
 
 
-@login_required
+@page_requires(Permission.WEBAPP_VIEW)
 @xframe_options_deny
 def view_webapp(request, label):
     """A tab showing the app: a full-window frame with the preview's sandbox. The app
@@ -32,7 +32,7 @@ def view_webapp(request, label):
     )
 
 
-@login_required
+@page_requires(Permission.WEBAPP_VIEW)
 def open_webapp(request, label):
     """On Quor's origin: checks the viewer may see the app, then hands them off to the
     app's own origin (404 for anyone else, without saying whether it exists)."""

@@ -7,6 +7,7 @@ from approvals import services
 from approvals.api.serializers import ApprovalSerializer, DecisionSerializer
 from quor.lib.errors import NotFound
 from quor.lib.pagination import NEWEST_FIRST, CursorPagination
+from quor.lib.permissions import Permission
 from sandboxes.runtime import services as sandbox_services
 from sandboxes.selectors import is_uuid
 
@@ -14,6 +15,7 @@ STATUS = OpenApiParameter("status", OpenApiTypes.STR, OpenApiParameter.QUERY)
 
 
 class SessionApprovalsView(APIView):
+    required_permission = Permission.SANDBOX_USE
     pagination_class = CursorPagination
 
     @extend_schema(parameters=[STATUS], responses=ApprovalSerializer(many=True))
@@ -26,12 +28,15 @@ class SessionApprovalsView(APIView):
 
 
 class ApprovalDecisionView(APIView):
+    required_permission = Permission.SANDBOX_USE
+
     @extend_schema(request=DecisionSerializer, responses=ApprovalSerializer)
     def post(self, request, approval_id):
         """The session owner approves once, approves matching actions for the session,
         or rejects. Only pending, unexpired requests can be decided (409 otherwise)."""
         if not is_uuid(approval_id):
             raise NotFound("No such approval request.", code="approvals.not_found")
+        services.get_approval_for_owner(request.user, approval_id)
         serializer = DecisionSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         approval = services.decide_approval(

@@ -24,7 +24,7 @@ from apps.api.serializers import (
 from apps.catalog import load_catalog
 from apps.models import App, AppCredential
 from quor.lib.pagination import CursorPagination, ListPagination
-from quor.lib.permissions import check_organization_admin, get_active_membership
+from quor.lib.permissions import Permission, require_permission
 
 APP_ID = OpenApiParameter("id", OpenApiTypes.INT, OpenApiParameter.PATH)
 SCOPE = OpenApiParameter(
@@ -50,12 +50,13 @@ class AppCatalogView(APIView):
     """The built-in Apps an organization admin can add, with their actions and
     default policies, by key (paginated)."""
 
+    required_permission = Permission.ACCOUNT
     pagination_class = CursorPagination
 
     @extend_schema(responses=CatalogAppSerializer(many=True))
     def get(self, request):
         pages = ListPagination(request)
-        membership = get_active_membership(request.user)
+        membership = require_permission(request.user, Permission.ACCOUNT)
         added = dict(
             App.objects.filter(organization=membership.organization)
             .exclude(catalog_key="")
@@ -71,13 +72,19 @@ class AppCatalogView(APIView):
 
 
 class AppViewSet(viewsets.ViewSet):
+    required_permissions = {
+        "list": Permission.ACCOUNT,
+        "retrieve": Permission.ACCOUNT,
+        "create": Permission.ORGANIZATION_MANAGE,
+        "partial_update": Permission.ORGANIZATION_MANAGE,
+    }
     serializer_class = AppSerializer
     pagination_class = CursorPagination
     lookup_value_regex = r"\d+"
 
     def list(self, request):
-        """The organization's Apps (disabled ones only for organization admins), oldest
-        first (paginated)."""
+        """The organization's Apps (disabled ones only for those who may read the
+        organization's configuration), oldest first (paginated)."""
         pages = CursorPagination(request, ordering=("id",))
         apps = services.apps_visible_to(request.user).prefetch_related("actions")
         return pages.response(apps, lambda page: _app_data(request.user, page))
@@ -91,7 +98,7 @@ class AppViewSet(viewsets.ViewSet):
     def create(self, request):
         """Organization admins: add a built-in App ({"catalog_key": "github"}) or a
         custom one (name, url_patterns, credential_style, ...)."""
-        membership = check_organization_admin(request.user)
+        membership = require_permission(request.user, Permission.ORGANIZATION_MANAGE)
         serializer = AppCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
@@ -118,6 +125,8 @@ class AppViewSet(viewsets.ViewSet):
 
 
 class AppActionPolicyView(APIView):
+    required_permission = Permission.ORGANIZATION_MANAGE
+
     @extend_schema(request=ActionPolicySerializer, responses=AppActionSerializer)
     def patch(self, request, app_id, key):
         """Organization admins: set one action's policy (auto, ask or deny)."""
@@ -135,6 +144,8 @@ class AppCredentialView(APIView):
     (used for their sessions, before the organization's); `scope: "organization"` is
     the organization's, for organization admins."""
 
+    required_permission = Permission.SANDBOX_USE
+
     def _app_for_scope(self, request, app_id, scope):
         if scope == "organization":
             return services.get_app_for_admin(request.user, app_id), None
@@ -142,6 +153,7 @@ class AppCredentialView(APIView):
 
     @extend_schema(request=CredentialSetSerializer, responses=AppSerializer)
     def put(self, request, app_id):
+        services.get_app_for_member(request.user, app_id)  # 404 before any 400
         serializer = CredentialSetSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
@@ -152,6 +164,7 @@ class AppCredentialView(APIView):
     @extend_schema(parameters=[SCOPE], request=CredentialClearSerializer, responses={204: None})
     def delete(self, request, app_id):
         """Removes the credential (the scope in the body or the query; user by default)."""
+        services.get_app_for_member(request.user, app_id)
         data = request.data if request.data else {}
         if "scope" not in data and "scope" in request.query_params:
             data = {"scope": request.query_params["scope"]}

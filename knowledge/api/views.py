@@ -7,7 +7,6 @@ response."""
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.parsers import MultiPartParser
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -27,9 +26,11 @@ from knowledge.search import search_for_user, sources_readable_by
 from quor.lib.errors import NotFound
 from quor.lib.pagination import CursorPagination
 from quor.lib.permissions import (
-    check_organization_admin,
+    SANDBOX_CREDENTIAL,
+    Permission,
     check_sandbox_access,
-    get_active_membership,
+    require_permission,
+    role_has,
 )
 from sandboxes.api.authentication import SandboxCredentialAuthentication
 
@@ -51,6 +52,8 @@ def _search(request):
 class SearchView(APIView):
     """Passages of the documents you may read, best first. No count of anything else."""
 
+    required_permission = Permission.KNOWLEDGE_SEARCH
+
     @extend_schema(request=SearchRequestSerializer, responses=SearchResponseSerializer)
     def post(self, request):
         return _search(request)
@@ -60,7 +63,7 @@ class RuntimeSearchView(APIView):
     """Sandbox-facing: the same search, as the sandbox's owner and nobody more."""
 
     authentication_classes = [SandboxCredentialAuthentication]
-    permission_classes = [IsAuthenticated]
+    required_permission = SANDBOX_CREDENTIAL
 
     @extend_schema(request=SearchRequestSerializer, responses=SearchResponseSerializer)
     def post(self, request):
@@ -72,13 +75,14 @@ class SourceListView(APIView):
     """Admins: every source of the organization. Members: the sources they can read at
     least one document of (for the search's filter)."""
 
+    required_permissions = {"get": Permission.ACCOUNT, "post": Permission.ORGANIZATION_MANAGE}
     pagination_class = CursorPagination
 
     @extend_schema(responses=SourceAdminSerializer(many=True))
     def get(self, request):
         pages = CursorPagination(request, ordering=("name", "id"))
-        membership = get_active_membership(request.user)
-        if membership.is_admin:
+        membership = require_permission(request.user, Permission.ACCOUNT)
+        if role_has(membership.role, Permission.ORGANIZATION_VIEW):
             sources = KnowledgeSource.objects.filter(organization=membership.organization)
             return pages.response(sources, lambda page: SourceAdminSerializer(page, many=True).data)
         return pages.response(
@@ -87,7 +91,7 @@ class SourceListView(APIView):
 
     @extend_schema(request=SourceCreateSerializer, responses={201: SourceAdminSerializer})
     def post(self, request):
-        membership = check_organization_admin(request.user)
+        membership = require_permission(request.user, Permission.ORGANIZATION_MANAGE)
         serializer = SourceCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         source = services.source_create(
@@ -96,8 +100,8 @@ class SourceListView(APIView):
         return Response(SourceAdminSerializer(source).data, status=status.HTTP_201_CREATED)
 
 
-def _admin_source(request, source_id) -> KnowledgeSource:
-    membership = check_organization_admin(request.user)
+def _organization_source(request, source_id, permission) -> KnowledgeSource:
+    membership = require_permission(request.user, permission)
     source = KnowledgeSource.objects.filter(
         pk=source_id, organization=membership.organization
     ).first()
@@ -106,8 +110,8 @@ def _admin_source(request, source_id) -> KnowledgeSource:
     return source
 
 
-def _admin_document(request, document_id) -> KnowledgeDocument:
-    membership = check_organization_admin(request.user)
+def _organization_document(request, document_id, permission) -> KnowledgeDocument:
+    membership = require_permission(request.user, permission)
     document = (
         KnowledgeDocument.objects.select_related("source__organization")
         .filter(pk=document_id, source__organization=membership.organization)
@@ -121,18 +125,23 @@ def _admin_document(request, document_id) -> KnowledgeDocument:
 class SourceView(APIView):
     """Admins: a source with its sync state."""
 
+    required_permission = Permission.ORGANIZATION_VIEW
+
     @extend_schema(responses=SourceAdminSerializer)
     def get(self, request, source_id):
-        return Response(SourceAdminSerializer(_admin_source(request, source_id)).data)
+        source = _organization_source(request, source_id, Permission.ORGANIZATION_VIEW)
+        return Response(SourceAdminSerializer(source).data)
 
 
 class SourceSyncView(APIView):
     """Admins: sync a directory or S3 source now. 202: the sync runs in a task, and the
     source's sync_state, sync_error and synced_at tell how it went."""
 
+    required_permission = Permission.ORGANIZATION_MANAGE
+
     @extend_schema(request=None, responses={202: SourceAdminSerializer})
     def post(self, request, source_id):
-        source = _admin_source(request, source_id)
+        source = _organization_source(request, source_id, Permission.ORGANIZATION_MANAGE)
         sync.source_request_sync(source)
         return Response(SourceAdminSerializer(source).data, status=status.HTTP_202_ACCEPTED)
 
@@ -140,20 +149,25 @@ class SourceSyncView(APIView):
 class SourceDocumentsView(APIView):
     """Admins: a source's documents (with access lists and errors), and uploads."""
 
+    required_permissions = {
+        "get": Permission.ORGANIZATION_VIEW,
+        "post": Permission.ORGANIZATION_MANAGE,
+    }
+
     parser_classes = [MultiPartParser]
     pagination_class = CursorPagination
 
     @extend_schema(responses=DocumentSerializer(many=True))
     def get(self, request, source_id):
         pages = CursorPagination(request, ordering=("-created_at", "-id"))
-        source = _admin_source(request, source_id)
+        source = _organization_source(request, source_id, Permission.ORGANIZATION_VIEW)
         return pages.response(
             source.documents.all(), lambda page: DocumentSerializer(page, many=True).data
         )
 
     @extend_schema(request=DocumentUploadSerializer, responses={201: DocumentSerializer})
     def post(self, request, source_id):
-        source = _admin_source(request, source_id)
+        source = _organization_source(request, source_id, Permission.ORGANIZATION_MANAGE)
         services.check_accepts_uploads(source)
         serializer = DocumentUploadSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -166,22 +180,35 @@ class SourceDocumentsView(APIView):
 
 
 class DocumentView(APIView):
+    required_permissions = {
+        "get": Permission.ORGANIZATION_VIEW,
+        "delete": Permission.ORGANIZATION_MANAGE,
+    }
+
     @extend_schema(responses=DocumentSerializer)
     def get(self, request, document_id):
-        return Response(DocumentSerializer(_admin_document(request, document_id)).data)
+        return Response(
+            DocumentSerializer(
+                _organization_document(request, document_id, Permission.ORGANIZATION_VIEW)
+            ).data
+        )
 
     @extend_schema(responses={204: None})
     def delete(self, request, document_id):
-        services.document_delete(_admin_document(request, document_id))
+        services.document_delete(
+            _organization_document(request, document_id, Permission.ORGANIZATION_MANAGE)
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class DocumentAccessView(APIView):
     """Admins: replace a document's access list; it holds for the next search."""
 
+    required_permission = Permission.ORGANIZATION_MANAGE
+
     @extend_schema(request=AccessSerializer, responses=DocumentSerializer)
     def put(self, request, document_id):
-        document = _admin_document(request, document_id)
+        document = _organization_document(request, document_id, Permission.ORGANIZATION_MANAGE)
         serializer = AccessSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         document = services.document_set_access(document, serializer.validated_data["access"])

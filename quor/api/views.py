@@ -14,19 +14,21 @@ from quor.api.serializers import (
 )
 from quor.lib.errors import NotFound
 from quor.lib.pagination import NEWEST_FIRST, CursorPagination, ListPagination
-from quor.lib.permissions import check_organization_admin, get_active_membership
+from quor.lib.permissions import Permission, get_active_membership, require_permission
 from quor.models import ModelProvider
 
 
 class MeView(APIView):
+    required_permission = Permission.ACCOUNT
+
     @extend_schema(responses=MeSerializer)
     def get(self, request):
         return Response(MeSerializer(request.user).data)
 
 
-def get_model_provider_for_admin(user, provider_id) -> ModelProvider:
-    """A provider of the admin's own organization; any other is 404."""
-    membership = check_organization_admin(user)
+def get_organization_model_provider(user, provider_id, permission) -> ModelProvider:
+    """A provider of the user's own organization; any other is 404."""
+    membership = require_permission(user, permission)
     provider = ModelProvider.objects.filter(
         organization=membership.organization, pk=provider_id
     ).first()
@@ -36,26 +38,32 @@ def get_model_provider_for_admin(user, provider_id) -> ModelProvider:
 
 
 class ModelProviderViewSet(viewsets.ViewSet):
-    """Organization admins manage their organization's model providers."""
+    """Organization admins manage their organization's model providers; auditors read them."""
 
+    required_permissions = {
+        "list": Permission.ORGANIZATION_VIEW,
+        "retrieve": Permission.ORGANIZATION_VIEW,
+        "create": Permission.ORGANIZATION_MANAGE,
+        "partial_update": Permission.ORGANIZATION_MANAGE,
+        "destroy": Permission.ORGANIZATION_MANAGE,
+    }
     serializer_class = ModelProviderSerializer
     pagination_class = CursorPagination
     lookup_value_regex = r"\d+"
 
     def list(self, request):
-        """Organization admins: the organization's model providers, oldest first
-        (paginated)."""
+        """The organization's model providers, oldest first (paginated)."""
         pages = CursorPagination(request, ordering=("id",))
-        membership = check_organization_admin(request.user)
+        membership = require_permission(request.user, Permission.ORGANIZATION_VIEW)
         providers = ModelProvider.objects.filter(organization=membership.organization)
         return pages.response(providers, lambda page: ModelProviderSerializer(page, many=True).data)
 
     def retrieve(self, request, pk=None):
-        provider = get_model_provider_for_admin(request.user, pk)
+        provider = get_organization_model_provider(request.user, pk, Permission.ORGANIZATION_VIEW)
         return Response(ModelProviderSerializer(provider).data)
 
     def create(self, request):
-        membership = check_organization_admin(request.user)
+        membership = require_permission(request.user, Permission.ORGANIZATION_MANAGE)
         serializer = ModelProviderSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         provider = services.model_provider_create(
@@ -64,14 +72,14 @@ class ModelProviderViewSet(viewsets.ViewSet):
         return Response(ModelProviderSerializer(provider).data, status=status.HTTP_201_CREATED)
 
     def partial_update(self, request, pk=None):
-        provider = get_model_provider_for_admin(request.user, pk)
+        provider = get_organization_model_provider(request.user, pk, Permission.ORGANIZATION_MANAGE)
         serializer = ModelProviderSerializer(provider, data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
         provider = services.model_provider_update(provider=provider, **serializer.validated_data)
         return Response(ModelProviderSerializer(provider).data)
 
     def destroy(self, request, pk=None):
-        provider = get_model_provider_for_admin(request.user, pk)
+        provider = get_organization_model_provider(request.user, pk, Permission.ORGANIZATION_MANAGE)
         services.model_provider_delete(provider=provider)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -80,6 +88,7 @@ class ModelListView(APIView):
     """The models the requesting member may choose for a session, by provider id, then
     model name (paginated)."""
 
+    required_permission = Permission.SANDBOX_USE
     pagination_class = CursorPagination
 
     @extend_schema(responses=ModelSerializer(many=True))
@@ -95,6 +104,7 @@ class ModelListView(APIView):
 
 
 class ApiTokenViewSet(viewsets.ViewSet):
+    required_permission = Permission.ACCOUNT
     serializer_class = ApiTokenSerializer
     pagination_class = CursorPagination
     lookup_value_regex = r"\d+"

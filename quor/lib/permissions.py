@@ -1,9 +1,70 @@
-"""The access checks, in one place, used by every entry point (API, UI, tasks, commands)."""
+"""Roles, permissions and the access checks, in one place, used by every entry point
+(API, admin, pages, WebSockets, the web app proxy, tasks, commands).
 
+Each view names the one permission it needs (`page_requires`, `required_permission` on
+API views and consumers, the admin's view and manage permissions); `ROLE_PERMISSIONS`
+says which roles hold it. tests/quor/test_permission_table.py walks every URL and
+WebSocket route with every role and fails on any answer the table does not predict.
+"""
+
+import enum
+import functools
+
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
 from rest_framework.permissions import BasePermission
 
 from quor.lib.errors import AccessDenied, InvalidInput
 from quor.models import Membership
+
+
+class Permission(enum.StrEnum):
+    ACCOUNT = "account"
+    """One's own profile and personal API tokens, and the home page."""
+    SANDBOX_USE = "sandbox.use"
+    """One's own sessions, sandbox, exec, files, scheduled tasks and App credentials."""
+    KNOWLEDGE_SEARCH = "knowledge.search"
+    """Search the company knowledge one may read."""
+    WEBAPP_VIEW = "webapps.view"
+    """Open web apps shared with the organization."""
+    ORGANIZATION_VIEW = "organization.view"
+    """Read the organization's configuration: members, model providers (never their
+    keys), Apps and policies, skills, knowledge sources, approvals; the admin site."""
+    ORGANIZATION_MANAGE = "organization.manage"
+    """Change that configuration, and the roles of members and auditors."""
+    AUDIT_VIEW = "audit.view"
+    """Read and export the organization's audit log."""
+    ADMINS_MANAGE = "organization.admins"
+    """Give and take the owner and admin roles."""
+
+
+Role = Membership.Role
+
+ROLE_PERMISSIONS: dict[str, frozenset[Permission]] = {
+    Role.OWNER: frozenset(Permission),
+    Role.ADMIN: frozenset(Permission) - {Permission.ADMINS_MANAGE},
+    Role.MEMBER: frozenset(
+        {
+            Permission.ACCOUNT,
+            Permission.SANDBOX_USE,
+            Permission.KNOWLEDGE_SEARCH,
+            Permission.WEBAPP_VIEW,
+        }
+    ),
+    Role.AUDITOR: frozenset(
+        {Permission.ACCOUNT, Permission.ORGANIZATION_VIEW, Permission.AUDIT_VIEW}
+    ),
+}
+
+PUBLIC = "public"
+"""Declared by views anyone may call, signed in or not (health checks, the login page)."""
+
+SANDBOX_CREDENTIAL = "sandbox-credential"
+"""Declared by the runtime's endpoints: only a sandbox's own credential is accepted."""
+
+
+def role_has(role: str, permission: Permission) -> bool:
+    return permission in ROLE_PERMISSIONS.get(role, frozenset())
 
 
 def get_active_membership(user) -> Membership:
@@ -18,8 +79,29 @@ def get_active_membership(user) -> Membership:
     return membership
 
 
-def check_sandbox_access(user) -> Membership:
+def require_permission(user, permission: Permission) -> Membership:
+    """The user's active membership if their role holds the permission, else a 403."""
     membership = get_active_membership(user)
+    if not role_has(membership.role, permission):
+        raise AccessDenied(
+            f"Your role ({membership.get_role_display()}) does not allow this "
+            f"({permission.value}).",
+            code="access.permission_required",
+        )
+    return membership
+
+
+def has_permission(user, permission: Permission) -> bool:
+    try:
+        require_permission(user, permission)
+    except AccessDenied:
+        return False
+    return True
+
+
+def check_sandbox_access(user) -> Membership:
+    """The sandbox permission, and Sandbox switched on for the organization and the member."""
+    membership = require_permission(user, Permission.SANDBOX_USE)
     if not membership.organization.sandbox_enabled:
         raise AccessDenied(
             "Sandbox is not enabled for your organization.",
@@ -30,13 +112,33 @@ def check_sandbox_access(user) -> Membership:
     return membership
 
 
-def check_organization_admin(user) -> Membership:
-    membership = get_active_membership(user)
-    if not membership.is_admin:
-        raise AccessDenied(
-            "Only organization admins may do this.", code="access.organization_admin_required"
-        )
-    return membership
+def check_role_change(actor, membership: Membership, role: str) -> None:
+    """Who may give which role: the organization's managers give and take member and
+    auditor; only holders of ADMINS_MANAGE touch an owner's or admin's role, or give
+    one. An organization keeps at least one owner."""
+    if role not in Role.values:
+        raise InvalidInput(f"Unknown role {role!r}.", code="members.invalid_role")
+    if actor is not None and not actor.is_superuser:
+        acting = require_permission(actor, Permission.ORGANIZATION_MANAGE)
+        if acting.organization_id != membership.organization_id:
+            raise AccessDenied("Not a member of your organization.", code="access.denied")
+        powerful = {Role.OWNER, Role.ADMIN}
+        if (role in powerful or membership.role in powerful) and not role_has(
+            acting.role, Permission.ADMINS_MANAGE
+        ):
+            raise AccessDenied(
+                "Only an owner gives or takes the owner and admin roles.",
+                code="access.owner_required",
+            )
+    if membership.role == Role.OWNER and role != Role.OWNER:
+        others = Membership.objects.filter(
+            organization_id=membership.organization_id, role=Role.OWNER
+        ).exclude(pk=membership.pk)
+        if not others.exists():
+            raise InvalidInput(
+                "An organization keeps at least one owner: make someone else owner first.",
+                code="members.last_owner",
+            )
 
 
 def check_model_access(user, model_id: str):
@@ -60,11 +162,56 @@ def check_model_access(user, model_id: str):
     return choice
 
 
-class IsActiveMember(BasePermission):
-    """Default API permission: authenticated, and a member of an enabled organization."""
+def page_requires(permission: Permission):
+    """A page's declaration: signed in (else the login page) and the permission (else
+    the 403 page, which says why)."""
+
+    def decorate(view):
+        @functools.wraps(view)
+        def checked(request, *args, **kwargs):
+            if not request.user.is_authenticated:
+                return redirect_to_login(request.get_full_path())
+            try:
+                require_permission(request.user, permission)
+            except AccessDenied as exc:
+                raise PermissionDenied(exc.message) from None
+            return view(request, *args, **kwargs)
+
+        checked.required_permission = permission
+        return checked
+
+    return decorate
+
+
+def public_page(view):
+    view.required_permission = PUBLIC
+    return view
+
+
+def declared_permission(view, action: str):
+    """The permission an API view declares for an action (a viewset's action, or the
+    HTTP method's handler name): `required_permissions` by action, else
+    `required_permission` for all. None if it declares nothing."""
+    by_action = getattr(view, "required_permissions", None)
+    if by_action is not None:
+        return by_action.get(action)
+    return getattr(view, "required_permission", None)
+
+
+class DeclaredPermission(BasePermission):
+    """Every API view's permission class: what the view declares, checked on the
+    request's user. A view that declares nothing answers nobody."""
 
     def has_permission(self, request, view):
+        action = getattr(view, "action", None) or request.method.lower()
+        permission = declared_permission(view, action)
+        if permission == PUBLIC:
+            return True
         if not (request.user and request.user.is_authenticated):
             return False
-        get_active_membership(request.user)
+        if permission is None:
+            return False
+        if permission == SANDBOX_CREDENTIAL:
+            return True  # the view's only authentication class is the sandbox credential's
+        require_permission(request.user, permission)
         return True

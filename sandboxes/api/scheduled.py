@@ -13,6 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from quor.lib.pagination import CursorPagination
+from quor.lib.permissions import Permission
 from quor.lib.serializers import StrictSerializer
 from quor.selectors import make_model_id
 from sandboxes.models import ScheduledRun, ScheduledTask
@@ -100,6 +101,7 @@ class ScheduledTaskViewSet(viewsets.ViewSet):
     """The requesting user's scheduled tasks: prompts that run as new sessions on a
     cron schedule, with nobody present."""
 
+    required_permission = Permission.SANDBOX_USE
     serializer_class = ScheduledTaskSerializer
     pagination_class = CursorPagination
     lookup_value_regex = r"\d+"

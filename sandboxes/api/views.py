@@ -7,13 +7,13 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.parsers import BaseParser, JSONParser, MultiPartParser
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from quor.lib.errors import InvalidInput, NotFound, QuorError
 from quor.lib.pagination import NEWEST_FIRST, CursorPagination, page_size_from
+from quor.lib.permissions import SANDBOX_CREDENTIAL, Permission
 from sandboxes import selectors
 from sandboxes.api.authentication import SandboxCredentialAuthentication
 from sandboxes.api.serializers import (
@@ -61,6 +61,7 @@ PATH = OpenApiParameter("path", OpenApiTypes.STR, OpenApiParameter.QUERY)
 
 @extend_schema_view(retrieve=extend_schema(parameters=[SESSION_ID]))
 class SessionViewSet(viewsets.ViewSet):
+    required_permission = Permission.SANDBOX_USE
     serializer_class = SessionSerializer
     pagination_class = CursorPagination
     parser_classes = [JSONParser, MultiPartParser]  # multipart: a new session's attachments
@@ -184,6 +185,8 @@ class SessionViewSet(viewsets.ViewSet):
 
 
 class MySandboxView(APIView):
+    required_permission = Permission.SANDBOX_USE
+
     @extend_schema(responses=SandboxSerializer)
     def get(self, request):
         return Response(SandboxSerializer(selectors.get_sandbox_for_user(request.user)).data)
@@ -204,6 +207,8 @@ class MySandboxView(APIView):
 
 
 class StartEmptyView(APIView):
+    required_permission = Permission.SANDBOX_USE
+
     @extend_schema(request=StartEmptySerializer, responses=SandboxSerializer)
     def post(self, request):
         """For a sandbox whose workspace cannot be restored only: starts it again with an
@@ -222,6 +227,8 @@ class StartEmptyView(APIView):
 
 
 class SessionExecView(APIView):
+    required_permission = Permission.SANDBOX_USE
+
     @extend_schema(
         parameters=[SESSION_ID], request=ExecRequestSerializer, responses=ExecResultSerializer
     )
@@ -243,6 +250,8 @@ class SessionExecView(APIView):
 
 
 class SessionFilesView(APIView):
+    required_permission = Permission.SANDBOX_USE
+
     @extend_schema(
         parameters=[SESSION_ID, PATH],
         responses=FileListingSerializer,
@@ -261,6 +270,8 @@ class SessionFilesView(APIView):
 
 
 class SessionFileArchiveView(APIView):
+    required_permission = Permission.SANDBOX_USE
+
     @extend_schema(
         parameters=[
             SESSION_ID,
@@ -310,6 +321,7 @@ def _body_chunks(stream, size: int):
 
 
 class SessionFileContentView(APIView):
+    required_permission = Permission.SANDBOX_USE
     parser_classes = [RawBodyParser]
 
     @extend_schema(
@@ -360,7 +372,7 @@ class RuntimeWhoAmIView(APIView):
     """Sandbox-facing: who the calling sandbox is (and its session, as the proxy says)."""
 
     authentication_classes = [SandboxCredentialAuthentication]
-    permission_classes = [IsAuthenticated]
+    required_permission = SANDBOX_CREDENTIAL
 
     @extend_schema(responses=RuntimeIdentitySerializer)
     def get(self, request):
@@ -397,7 +409,7 @@ class RuntimeSessionEventsView(APIView):
     """Sandbox-facing: the agent runtime reports its events here."""
 
     authentication_classes = [SandboxCredentialAuthentication]
-    permission_classes = [IsAuthenticated]
+    required_permission = SANDBOX_CREDENTIAL
 
     @extend_schema(parameters=[SESSION_ID], request=RuntimeEventsSerializer, responses=None)
     def post(self, request, session_id):
@@ -417,7 +429,7 @@ class RuntimeSessionHeartbeatView(APIView):
     (409 `sessions.turn_ended` once its turn has ended: the agent then stops)."""
 
     authentication_classes = [SandboxCredentialAuthentication]
-    permission_classes = [IsAuthenticated]
+    required_permission = SANDBOX_CREDENTIAL
 
     @extend_schema(
         parameters=[SESSION_ID], request=RuntimeHeartbeatSerializer, responses={204: None}
@@ -436,7 +448,7 @@ class RuntimeSessionWebAppsView(APIView):
     """Sandbox-facing: the agent runtime registers a web server it started in the session."""
 
     authentication_classes = [SandboxCredentialAuthentication]
-    permission_classes = [IsAuthenticated]
+    required_permission = SANDBOX_CREDENTIAL
 
     @extend_schema(
         parameters=[SESSION_ID], request=RuntimeWebAppSerializer, responses={201: WebAppSerializer}
@@ -452,6 +464,7 @@ class RuntimeSessionWebAppsView(APIView):
 class LibraryView(APIView):
     """The user's library: files available in every session (in `library/`)."""
 
+    required_permission = Permission.SANDBOX_USE
     parser_classes = [RawBodyParser]
     pagination_class = CursorPagination
 

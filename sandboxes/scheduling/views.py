@@ -3,7 +3,6 @@ sandboxes.scheduling.services (the same ones the API uses)."""
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.db.models import Prefetch
 from django.http import Http404
 from django.shortcuts import redirect, render
@@ -12,7 +11,7 @@ from django.views.decorators.http import require_POST
 from apps.selectors import enabled_apps
 from quor import selectors as quor_selectors
 from quor.lib.errors import QuorError
-from quor.lib.permissions import get_active_membership
+from quor.lib.permissions import Permission, get_active_membership, page_requires
 from sandboxes.models import ScheduledRun, Skill
 from sandboxes.scheduling import services as scheduled
 
@@ -118,7 +117,7 @@ def _render_form(request, *, values, task=None, error=None):
     )
 
 
-@login_required
+@page_requires(Permission.SANDBOX_USE)
 def task_list(request):
     latest = ScheduledRun.objects.order_by("-scheduled_for")[:1]
     tasks = list(
@@ -131,7 +130,7 @@ def task_list(request):
     return render(request, "sandboxes/scheduled_list.html", {"tasks": tasks})
 
 
-@login_required
+@page_requires(Permission.SANDBOX_USE)
 def task_new(request):
     if request.method != "POST":
         values = {"timezone": "UTC", "enabled": True, "skills": [], "apps": []}
@@ -144,7 +143,7 @@ def task_new(request):
     return redirect("scheduled-detail", task_id=task.pk)
 
 
-@login_required
+@page_requires(Permission.SANDBOX_USE)
 def task_edit(request, task_id):
     task = _task_or_404(request.user, task_id)
     if request.method != "POST":
@@ -158,7 +157,7 @@ def task_edit(request, task_id):
     return redirect("scheduled-detail", task_id=task.pk)
 
 
-@login_required
+@page_requires(Permission.SANDBOX_USE)
 def task_detail(request, task_id):
     task = _task_or_404(request.user, task_id)
     return render(
@@ -168,7 +167,7 @@ def task_detail(request, task_id):
     )
 
 
-@login_required
+@page_requires(Permission.SANDBOX_USE)
 @require_POST
 def task_enable(request, task_id):
     task = _task_or_404(request.user, task_id)
@@ -180,7 +179,7 @@ def task_enable(request, task_id):
     return redirect("scheduled-detail", task_id=task.pk)
 
 
-@login_required
+@page_requires(Permission.SANDBOX_USE)
 @require_POST
 def task_run_now(request, task_id):
     task = _task_or_404(request.user, task_id)
@@ -192,7 +191,7 @@ def task_run_now(request, task_id):
     return redirect("session-detail", session_id=run.session_id)
 
 
-@login_required
+@page_requires(Permission.SANDBOX_USE)
 @require_POST
 def task_delete(request, task_id):
     task = _task_or_404(request.user, task_id)

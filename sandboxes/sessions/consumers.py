@@ -18,22 +18,32 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from quor.lib.errors import QuorError
 from quor.lib.kept_connections import on_kept_connection
+from quor.lib.permissions import Permission, require_permission
 from sandboxes import selectors
 from sandboxes.runtime import services
 from sandboxes.sessions.events import serialize_event, session_group
 
 CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
 CATCH_UP_SECONDS = 3
+_require_permission = on_kept_connection(require_permission)
 _session_in_use = on_kept_connection(services.session_in_use)
 _events_after = on_kept_connection(selectors.events_after)
 
 
 class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
+    required_permission = Permission.SANDBOX_USE
+
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        try:
+            await _require_permission(user, self.required_permission)
+        except QuorError:
+            await self.close(code=CLOSE_FORBIDDEN)
             return
         try:
             self.session = await _session_in_use(

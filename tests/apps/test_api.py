@@ -133,7 +133,7 @@ def test_a_member_cannot_do_what_only_organization_admins_do(client_for, owner, 
     ]
     for response in attempts:
         assert response.status_code == 403
-        assert error_code(response) == "access.organization_admin_required"
+        assert error_code(response) == "access.permission_required"
     github.refresh_from_db()
     assert github.enabled
     assert github.actions.get(key="delete_repository").policy == "deny"

@@ -122,7 +122,7 @@ def test_a_user_without_an_organization_gets_an_explanation(client, db):
     loner = User.objects.create_user(email="loner@example.com", password=factories.PASSWORD)
     client.force_login(loner)
     response = client.get(PAGE)
-    assert response.status_code == 200
+    assert response.status_code == 403
     assert "does not belong to an organization" in response.content.decode()
 
 

@@ -52,7 +52,7 @@ def test_patching_without_a_key_keeps_the_stored_key(client_for, org_admin, org)
 def test_members_cannot_manage_providers(client_for, owner):
     response = client_for(owner).post("/api/v1/model-providers/", NEW_PROVIDER, format="json")
     assert response.status_code == 403
-    assert response.json()["error"]["code"] == "access.organization_admin_required"
+    assert response.json()["error"]["code"] == "access.permission_required"
     assert not ModelProvider.objects.exists()
 
 

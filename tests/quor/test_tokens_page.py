@@ -43,8 +43,7 @@ def test_a_bad_name_is_refused_and_creates_nothing(logged_in, name):
 def test_revoking_from_the_page_and_only_ones_own(logged_in, owner, colleague):
     mine, _ = services.api_token_create(user=owner, name="ci")
     theirs, _ = services.api_token_create(user=colleague, name="theirs")
-    response = logged_in.post(f"/account/tokens/{theirs.pk}/revoke", follow=True)
-    assert "No such token." in response.content.decode()
+    assert logged_in.post(f"/account/tokens/{theirs.pk}/revoke").status_code == 404
     theirs.refresh_from_db()
     assert theirs.revoked_at is None
     assert logged_in.get(f"/account/tokens/{mine.pk}/revoke").status_code == 405

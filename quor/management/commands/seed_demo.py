@@ -9,15 +9,15 @@ from sandboxes.management.commands.run_demo_model import DEMO_MODEL_PORT
 DEMO_ORG_SLUG = "demo"
 DEMO_MODEL_NAME = "Demo (scripted)"
 DEMO_USERS = [
-    ("admin@demo.quor.test", Membership.Role.ADMIN, "QUOR_DEMO_ADMIN_PASSWORD"),
+    ("admin@demo.quor.test", Membership.Role.OWNER, "QUOR_DEMO_ADMIN_PASSWORD"),
     ("member@demo.quor.test", Membership.Role.MEMBER, "QUOR_DEMO_MEMBER_PASSWORD"),
 ]
 
 
 class Command(BaseCommand):
     help = (
-        "Create the Demo organization with an admin, a member and the 'Demo (scripted)' "
-        "model (used by `make dev`). Creates only what is missing."
+        "Create the Demo organization with an owner (a superuser too), a member and the "
+        "'Demo (scripted)' model (used by `make dev`). Creates only what is missing."
     )
 
     def handle(self, *args, **options):
@@ -30,7 +30,7 @@ class Command(BaseCommand):
                 user = services.member_create(
                     email=email, organization=organization, role=role, password=password
                 )
-                if role == Membership.Role.ADMIN:
+                if role == Membership.Role.OWNER:
                     user.is_superuser = True
                     user.save(update_fields=["is_superuser"])
                 shown = (
