@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from approvals import wakeup
 from approvals.models import ApprovalRequest, SessionGrant
+from quor.audit import audit_record, organization_of
 from quor.lib import metrics
 from quor.lib.errors import Conflict, InvalidInput, NotFound
 from sandboxes.models import Session
@@ -226,6 +227,13 @@ def decide_approval(*, user, approval_id, decision: str) -> ApprovalRequest:
                 code="approvals.expired",
             )
         decided = _decide([approval.pk], status, via, user)
+        audit_record(
+            "approval.decided",
+            target=approval,
+            organization=organization_of(approval.session.owner),
+            changes={"decision": decision, "app": approval.app_name, "summary": approval.summary},
+            actor=user,
+        )
         grants = []
         if decision == "approve_session" and approval.app_id is not None:
             grants = _grant_for_session(approval)

@@ -15,6 +15,7 @@ from django.db import IntegrityError, transaction
 from apps import policy
 from apps.catalog import CatalogApp, catalog_app
 from apps.models import App, AppAction, AppCredential, Policy
+from quor.audit import audit_record, field_changes, secret_change
 from quor.lib.errors import Conflict, InvalidInput, NotFound
 from quor.lib.permissions import Permission, get_active_membership, require_permission, role_has
 from quor.models import Membership
@@ -227,6 +228,11 @@ def app_enable_builtin(*, organization, catalog_key: str, url_patterns=None) -> 
         )
         for action in entry.actions
     )
+    audit_record(
+        "app.added",
+        target=app,
+        changes={"catalog_key": app.catalog_key, "url_patterns": app.url_patterns},
+    )
     return app
 
 
@@ -273,7 +279,14 @@ def app_sync_catalog(*, app: App) -> CatalogSync:
             updated.append(item.key)
     removed = sorted(set(existing) - {item.key for item in entry.actions})
     app.actions.filter(key__in=removed).delete()
-    return CatalogSync(tuple(added), tuple(updated), tuple(removed))
+    result = CatalogSync(tuple(added), tuple(updated), tuple(removed))
+    if result.changed:
+        audit_record(
+            "app.catalog_synced",
+            target=app,
+            changes={"added": added, "updated": updated, "removed": removed},
+        )
+    return result
 
 
 @transaction.atomic
@@ -294,7 +307,7 @@ def app_create_custom(
     style, header = clean_credential_style(credential_style, credential_header)
     when_not_selected = clean_when_not_selected(when_not_selected)
     name = clean_name(name, organization=organization)
-    return _save_new(
+    app = _save_new(
         App(
             organization=organization,
             name=name,
@@ -306,6 +319,12 @@ def app_create_custom(
             when_not_selected=when_not_selected,
         )
     )
+    audit_record(
+        "app.added",
+        target=app,
+        changes={"url_patterns": patterns, "enabled": app.enabled, "custom": True},
+    )
+    return app
 
 
 @transaction.atomic
@@ -340,7 +359,8 @@ def app_update(
         )
     if when_not_selected is not UNCHANGED:
         changes["when_not_selected"] = clean_when_not_selected(when_not_selected)
-    if not changes:
+    before = {field: getattr(app, field) for field in changes}
+    if before == changes:
         return app
     for field, value in changes.items():
         setattr(app, field, value)
@@ -351,6 +371,7 @@ def app_update(
         raise Conflict(
             f"The organization already has an App named {app.name!r}.", code="apps.name_taken"
         ) from None
+    audit_record("app.changed", target=app, changes=field_changes(before, changes))
     return app
 
 
@@ -360,6 +381,7 @@ def app_set_action_policy(*, app: App, key: str, policy: str) -> AppAction:
     if action is None:
         raise NotFound(f"{app.name} has no action {key!r}.", code="apps.unknown_action")
     if action.policy != policy:
+        audit_record("app.policy_changed", target=app, changes={key: [action.policy, policy]})
         action.policy = policy
         action.save(update_fields=["policy", "updated_at"])
     return action
@@ -383,16 +405,25 @@ def app_credential_set(*, app: App, user=None, secret: str) -> AppCredential:
     """Stores (or replaces) the organization's credential (user None) or the user's own."""
     _check_member(app, user)
     secret = clean_secret(secret, credential_style=app.credential_style)
-    credential, _ = AppCredential.objects.update_or_create(
+    credential, created = AppCredential.objects.update_or_create(
         app=app, user=user, defaults={"secret": secret}
     )
+    _audit_credential(app, user, secret_change(not created, True))
     return credential
 
 
 def app_credential_clear(*, app: App, user=None) -> bool:
     """Removes the credential; whether there was one. Clearing twice is harmless."""
     deleted, _ = AppCredential.objects.filter(app=app, user=user).delete()
+    if deleted:
+        _audit_credential(app, user, "removed")
     return deleted > 0
+
+
+def _audit_credential(app: App, user, change: str) -> None:
+    """Whose credential and what happened to it, never its value."""
+    scope = "organization" if user is None else f"user {user.email}"
+    audit_record("app.credential_" + change, target=app, changes={"credential": scope})
 
 
 # --- access: the one way every entry point loads Apps for a user ----------------------------

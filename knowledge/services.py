@@ -19,6 +19,7 @@ from knowledge import chunking, embeddings, extraction, locations
 from knowledge.models import KnowledgeChunk, KnowledgeDocument, KnowledgeSource
 from knowledge.principals import GROUP, ORGANIZATION, USER, parse_principal
 from quor import filestore
+from quor.audit import audit_record
 from quor.lib.errors import InvalidInput
 from quor.lib.tasks import send_on_commit
 from quor.models import Membership
@@ -83,6 +84,11 @@ def source_create(*, organization, name: str, kind=KnowledgeSource.Kind.UPLOAD, 
                 organization=organization, name=name, kind=kind, location=location,
                 default_access=access,
             )  # fmt: skip
+            audit_record(
+                "knowledge.source_added",
+                target=source,
+                changes={"kind": kind, "location": location, "default_access": access},
+            )
             if kind in KnowledgeSource.SYNCED_KINDS:
                 send_on_commit("knowledge.tasks.sync_source", str(source.pk))
             return source
@@ -96,6 +102,13 @@ def source_create(*, organization, name: str, kind=KnowledgeSource.Kind.UPLOAD, 
 def document_set_access(document: KnowledgeDocument, principals) -> KnowledgeDocument:
     access = validate_access(document.source.organization, principals)
     locked = KnowledgeDocument.objects.select_for_update().get(pk=document.pk)
+    if locked.access != access:
+        audit_record(
+            "knowledge.access_changed",
+            target=locked,
+            organization=document.source.organization,
+            changes={"access": [locked.access, access]},
+        )
     locked.access = access
     locked.access_changed_at = timezone.now()
     locked.save(update_fields=["access", "access_changed_at", "updated_at"])
@@ -271,7 +284,13 @@ def _write_chunks(
 def document_delete(document: KnowledgeDocument) -> None:
     """Removes the document and its chunks; its stored file goes with the next sweep
     of unreferenced blobs."""
-    document.delete()
+    with transaction.atomic():
+        audit_record(
+            "knowledge.document_deleted",
+            target=document,
+            organization=document.source.organization,
+        )
+        document.delete()
 
 
 def source_reindex(source: KnowledgeSource) -> int:

@@ -4,9 +4,10 @@ from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.db.models import Count
 from django.utils import timezone
 
+from quor import services
 from quor.lib.errors import QuorError
 from quor.lib.permissions import Permission, check_role_change, role_has
-from quor.models import ApiToken, Membership, ModelProvider, Organization, User
+from quor.models import ApiToken, AuditEntry, Membership, ModelProvider, Organization, User
 
 
 class ReadOnlyAdmin:
@@ -164,7 +165,19 @@ class MembershipAdmin(OrganizationAdminAccess, admin.ModelAdmin):
     }
 
     def get_readonly_fields(self, request, obj=None):
-        return [] if request.user.is_superuser else ["user", "organization"]
+        """A membership is not moved: its user and organization are set once."""
+        return ["user", "organization"] if obj is not None or not request.user.is_superuser else []
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            return super().save_model(request, obj, form, change)
+        services.member_update(
+            membership=obj,
+            actor=request.user,
+            role=form.cleaned_data["role"],
+            can_use_sandbox=form.cleaned_data["can_use_sandbox"],
+        )
+        return None
 
     def get_form(self, request, obj=None, **kwargs):
         """The role field refuses what the editor may not give (check_role_change)."""
@@ -300,3 +313,24 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def revoke(self, request, queryset):
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin, OrganizationAdminAccess, admin.ModelAdmin):
+    """Who changed what and when, from which request; kept QUOR_AUDIT_RETENTION_DAYS."""
+
+    admin_permissions = {
+        "view": Permission.AUDIT_VIEW,
+        "add": None,
+        "change": None,
+        "delete": None,
+    }
+    list_display = ["created_at", "actor_label", "action", "target_label", "request_id"]
+    list_filter = ["action", "created_at", "organization"]
+    search_fields = ["actor_label", "target_label", "target_id", "request_id"]
+    date_hierarchy = "created_at"
+    list_select_related = ["organization"]
+    fields = [
+        "created_at", "organization", "actor_label", "action", "target_type", "target_id",
+        "target_label", "changes", "request_id",
+    ]  # fmt: skip

@@ -4,8 +4,10 @@ a role change takes effect here at the next request."""
 
 from django.contrib import admin
 from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.auth.forms import AuthenticationForm
 
+from quor.lib import logs
 from quor.lib.permissions import Permission, has_permission
 
 
@@ -34,4 +36,24 @@ class QuorAdminSite(admin.AdminSite):
     login_form = AdminSiteAuthenticationForm
 
     def has_permission(self, request):
+        logs.acting_as(request.user)
         return may_enter_admin_site(request.user)
+
+    def register(self, model_or_iterable, admin_class=None, **options):
+        """Every model admin records deletions one object at a time, so that each is a
+        LogEntry saved on its own, which the audit log hears (quor/receivers.py);
+        Django bulk-creates them for a selection, without signals."""
+        admin_class = admin_class or admin.ModelAdmin
+        audited = type(
+            admin_class.__name__,
+            (admin_class,),
+            {"__module__": admin_class.__module__, "log_deletions": _log_deletions_one_by_one},
+        )
+        super().register(model_or_iterable, audited, **options)
+
+
+def _log_deletions_one_by_one(model_admin, request, queryset):
+    return [
+        LogEntry.objects.log_actions(request.user.pk, [obj], DELETION, single_object=True)
+        for obj in queryset
+    ]

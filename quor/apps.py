@@ -7,7 +7,7 @@ class QuorConfig(AppConfig):
     verbose_name = "Quor"
 
     def ready(self):
-        from quor import checks  # noqa: F401  (registers the system checks)
+        from quor import checks, receivers  # noqa: F401  (register the checks, receivers)
 
 
 class QuorAdminConfig(AdminConfig):

@@ -1,7 +1,8 @@
 """System checks that stop start-up on configuration that would be unsafe.
 
-quor.E001-E003 checked the operator and worker tokens, removed because no endpoint
-used them; their ids are not reused, so an id keeps meaning one thing."""
+quor.E001-E003 checked the first operator and worker tokens, removed because no endpoint
+used them; their ids are not reused, so an id keeps meaning one thing (the operator
+token's checks are E011 and E012)."""
 
 import ipaddress
 
@@ -109,3 +110,43 @@ def check_docker_host_users(app_configs, **kwargs):
     except BackendError as exc:
         return [Error(str(exc), id="quor.E010")]
     return []
+
+
+OPERATOR_TOKEN_MIN_LENGTH = 32
+
+
+@register()
+def check_operator_tokens(app_configs, **kwargs):
+    from quor.lib.authentication import previous_operator_token_until
+
+    errors = []
+    current = settings.QUOR_OPERATOR_TOKEN
+    previous = settings.QUOR_OPERATOR_TOKEN_PREVIOUS
+    for name, value in [
+        ("QUOR_OPERATOR_TOKEN", current),
+        ("QUOR_OPERATOR_TOKEN_PREVIOUS", previous),
+    ]:
+        if value and len(value) < OPERATOR_TOKEN_MIN_LENGTH:
+            errors.append(
+                Error(
+                    f"{name} is shorter than {OPERATOR_TOKEN_MIN_LENGTH} characters.",
+                    hint="Generate one: python -c 'import secrets; "
+                    "print(secrets.token_urlsafe(32))'",
+                    id="quor.E011",
+                )
+            )
+    if previous and (not current or previous == current):
+        errors.append(
+            Error(
+                "QUOR_OPERATOR_TOKEN_PREVIOUS is set without a different QUOR_OPERATOR_TOKEN.",
+                hint="The previous token is the old value of a rotation: set the new one "
+                "as QUOR_OPERATOR_TOKEN.",
+                id="quor.E012",
+            )
+        )
+    if previous:
+        try:
+            previous_operator_token_until()
+        except ValueError as exc:
+            errors.append(Error(str(exc), id="quor.E012"))
+    return errors

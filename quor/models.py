@@ -191,3 +191,91 @@ class FileStoreIdentity(models.Model):
 
     def __str__(self):
         return f"file store {self.marker} ({self.location})"
+
+
+class AuditEntry(models.Model):
+    """One administrative or security-relevant change (quor/audit.py): who, when, what,
+    from which request. Never a secret's value: a credential is "set", "replaced" or
+    "removed". Kept QUOR_AUDIT_RETENTION_DAYS."""
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    organization = models.ForeignKey(
+        Organization, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_label = models.CharField(
+        max_length=254, help_text="The actor's email, or who else acted (system, operator)."
+    )
+    action = models.CharField(max_length=64, db_index=True)
+    target_type = models.CharField(max_length=100, blank=True)
+    target_id = models.CharField(max_length=64, blank=True)
+    target_label = models.CharField(max_length=200, blank=True)
+    changes = models.JSONField(default=dict, blank=True)
+    request_id = models.CharField(max_length=64, blank=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "audit entries"
+        indexes = [
+            models.Index(fields=["organization", "-created_at"], name="audit_by_organization")
+        ]
+
+    def __str__(self):
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_label} {self.action}"
+
+
+class ServiceAccount(models.Model):
+    """An integration's identity in an organization: a member without a login (it has
+    its own sandbox and sessions), reached with scoped, expiring tokens
+    (quor/service_accounts.py)."""
+
+    class Scope(models.TextChoices):
+        SESSIONS = "sessions", "Start, read, follow up and cancel sessions"
+        EXEC = "exec", "Run commands in the sessions' sandbox"
+        FILES = "files", "Read and write the sessions' files"
+        EVENTS = "events", "Read the sessions' events and approval requests"
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="service_accounts"
+    )
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="service_account"
+    )
+    name = models.CharField(max_length=100)
+    scopes = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+    disabled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["organization", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "name"], name="service_account_name_per_organization"
+            )
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class ServiceAccountToken(models.Model):
+    """Only its SHA-256 is stored; the token is shown once. It expires, and a new one
+    can be made before the old one is revoked (rotation without downtime)."""
+
+    service_account = models.ForeignKey(
+        ServiceAccount, on_delete=models.CASCADE, related_name="tokens"
+    )
+    prefix = models.CharField(max_length=16)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"{self.service_account} ({self.prefix}…)"

@@ -14,7 +14,9 @@ from django.db import transaction
 from django.db.models import ProtectedError
 from django.utils import timezone
 
+from quor.audit import audit_record, field_changes, organization_of, secret_change
 from quor.lib.errors import Conflict, InvalidInput, NotFound
+from quor.lib.permissions import check_role_change
 from quor.models import ApiToken, Membership, ModelProvider, Organization, User
 
 API_TOKEN_PREFIX = "quor_pat_"  # noqa: S105  (a visible prefix, not a secret)
@@ -32,7 +34,59 @@ def organization_create(*, slug: str, name: str) -> Organization:
         raise InvalidInput("An organization needs a name.", code="organizations.invalid_name")
     if Organization.objects.filter(slug=slug).exists():
         raise Conflict(f"An organization {slug!r} already exists.", code="organizations.exists")
-    return Organization.objects.create(slug=slug, name=name.strip())
+    with transaction.atomic():
+        organization = Organization.objects.create(slug=slug, name=name.strip())
+        audit_record("organization.added", target=organization, changes={"name": name.strip()})
+    return organization
+
+
+ORGANIZATION_SETTINGS = ("name", "is_active", "sandbox_enabled")
+
+
+@transaction.atomic
+def organization_update(*, organization: Organization, **changes) -> Organization:
+    """Changes the name, whether the organization is enabled and whether it may use
+    Sandbox; anything else is refused before anything is written."""
+    unknown = set(changes) - set(ORGANIZATION_SETTINGS)
+    if unknown:
+        raise InvalidInput(
+            f"Unknown organization settings: {', '.join(sorted(unknown))}.",
+            code="organizations.invalid_setting",
+        )
+    if "name" in changes and not str(changes["name"]).strip():
+        raise InvalidInput("An organization needs a name.", code="organizations.invalid_name")
+    locked = Organization.objects.select_for_update().get(pk=organization.pk)
+    before = {field: getattr(locked, field) for field in changes}
+    for field, value in changes.items():
+        setattr(locked, field, value.strip() if field == "name" else value)
+    locked.save(update_fields=list(changes))
+    recorded = field_changes(before, {field: getattr(locked, field) for field in changes})
+    if recorded:
+        audit_record("organization.changed", target=locked, changes=recorded)
+    return locked
+
+
+@transaction.atomic
+def member_update(*, membership: Membership, actor=None, **changes) -> Membership:
+    """Changes a member's role or Sandbox right, as `actor` may (check_role_change; None:
+    the operator or a command, bound only by the last-owner rule)."""
+    unknown = set(changes) - {"role", "can_use_sandbox"}
+    if unknown:
+        raise InvalidInput(
+            f"Unknown member settings: {', '.join(sorted(unknown))}.",
+            code="members.invalid_setting",
+        )
+    locked = Membership.objects.select_for_update().get(pk=membership.pk)
+    if "role" in changes and changes["role"] != locked.role:
+        check_role_change(actor, locked, changes["role"])
+    before = {field: getattr(locked, field) for field in changes}
+    for field, value in changes.items():
+        setattr(locked, field, value)
+    locked.save(update_fields=list(changes))
+    recorded = field_changes(before, {field: getattr(locked, field) for field in changes})
+    if recorded:
+        audit_record("member.changed", target=locked, changes=recorded, actor=actor)
+    return locked
 
 
 def generate_password() -> str:
@@ -66,8 +120,14 @@ def member_create(
         except ValidationError as exc:
             raise InvalidInput(" ".join(exc.messages), code="members.weak_password") from None
     user = User.objects.create_user(email=email, password=password)
-    Membership.objects.create(
+    membership = Membership.objects.create(
         user=user, organization=organization, role=role, can_use_sandbox=can_use_sandbox
+    )
+    audit_record(
+        "member.added",
+        target=membership,
+        organization=organization,
+        changes={"role": role, "can_use_sandbox": can_use_sandbox},
     )
     return user
 
@@ -90,6 +150,12 @@ def api_token_create(*, user: User, name: str) -> tuple[ApiToken, str]:
         prefix=raw_token[: len(API_TOKEN_PREFIX) + 6],
         token_hash=_hash_token(raw_token),
     )
+    audit_record(
+        "api_token.created",
+        target=token,
+        changes={"owner": user.email},
+        organization=organization_of(user),
+    )
     return token, raw_token
 
 
@@ -97,8 +163,17 @@ def api_token_revoke(*, user: User, token_id: int) -> ApiToken:
     token = ApiToken.objects.filter(user=user, pk=token_id).first()
     if token is None:
         raise NotFound("No such token.")
-    ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    revoked = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
     token.refresh_from_db()
+    if revoked:
+        audit_record(
+            "api_token.revoked",
+            target=token,
+            changes={"owner": user.email},
+            organization=organization_of(user),
+        )
     return token
 
 
@@ -156,7 +231,22 @@ def model_provider_create(
         available_to_everyone=available_to_everyone,
     )
     _set_provider_audience(provider, organization, allowed_users, allowed_groups)
+    audit_record("model_provider.added", target=provider, changes=_provider_fields(provider))
     return provider
+
+
+def _provider_fields(provider: ModelProvider) -> dict:
+    """What the audit log says of a provider: its settings, and whether a key is set."""
+    return {
+        "kind": provider.kind,
+        "display_name": provider.display_name,
+        "base_url": provider.base_url,
+        "model_names": provider.model_names,
+        "available_to_everyone": provider.available_to_everyone,
+        "allowed_users": sorted(provider.allowed_users.values_list("email", flat=True)),
+        "allowed_groups": sorted(provider.allowed_groups.values_list("name", flat=True)),
+        "api_key": "set" if provider.has_api_key else "not set",
+    }
 
 
 @transaction.atomic
@@ -168,10 +258,17 @@ def model_provider_update(*, provider: ModelProvider, **changes) -> ModelProvide
         changes.pop("api_key", None)
     if "model_names" in changes:
         changes["model_names"] = _clean_model_names(changes["model_names"])
+    before = _provider_fields(provider)
     for field, value in changes.items():
         setattr(provider, field, value)
     provider.save()
     _set_provider_audience(provider, provider.organization, allowed_users, allowed_groups)
+    after = _provider_fields(provider)
+    if "api_key" in changes:
+        after["api_key"] = secret_change(before["api_key"] == "set", True)
+    recorded = field_changes(before, after)
+    if recorded:
+        audit_record("model_provider.changed", target=provider, changes=recorded)
     return provider
 
 
@@ -191,7 +288,9 @@ def _set_provider_audience(provider, organization, allowed_users, allowed_groups
 
 def model_provider_delete(*, provider: ModelProvider) -> None:
     try:
-        provider.delete()
+        with transaction.atomic():
+            audit_record("model_provider.deleted", target=provider)
+            provider.delete()
     except ProtectedError:
         raise Conflict(
             "Sessions use this provider; remove its models or keep it.",

@@ -22,6 +22,12 @@ SECRET_KEY = env("QUOR_SECRET_KEY", "django-insecure-development-only-secret-key
 # Key for encrypted model fields (provider keys, App credentials). Kept apart from
 # SECRET_KEY so that rotating SECRET_KEY cannot destroy stored credentials.
 QUOR_ENCRYPTION_KEY = env("QUOR_ENCRYPTION_KEY", "")
+# The operator API (/api/operator/v1/), for deployment automation: at least 32 characters;
+# empty, the operator API answers 401 to everything. To rotate without downtime, move the
+# old value to QUOR_OPERATOR_TOKEN_PREVIOUS, accepted until ..._PREVIOUS_UNTIL (ISO 8601).
+QUOR_OPERATOR_TOKEN = env("QUOR_OPERATOR_TOKEN", "")
+QUOR_OPERATOR_TOKEN_PREVIOUS = env("QUOR_OPERATOR_TOKEN_PREVIOUS", "")
+QUOR_OPERATOR_TOKEN_PREVIOUS_UNTIL = env("QUOR_OPERATOR_TOKEN_PREVIOUS_UNTIL", "")
 DEVELOPMENT_ENCRYPTION_KEY = "insecure-development-only-encryption-key"
 CRYPTOGRAPHY_KEY = QUOR_ENCRYPTION_KEY or DEVELOPMENT_ENCRYPTION_KEY
 
@@ -165,6 +171,7 @@ QUOR_KNOWLEDGE_SYNC_INTERVAL_SECONDS = envint("QUOR_KNOWLEDGE_SYNC_INTERVAL_SECO
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "quor.lib.authentication.ServiceAccountTokenAuthentication",
         "quor.lib.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
@@ -185,7 +192,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     # Choice sets that share a field name get names of their own in the schema.
-    "ENUM_NAME_OVERRIDES": {"KnowledgeSourceKindEnum": "knowledge.models.KnowledgeSource.Kind"},
+    "ENUM_NAME_OVERRIDES": {
+        "KnowledgeSourceKindEnum": "knowledge.models.KnowledgeSource.Kind",
+        "SandboxStateEnum": "sandboxes.models.Sandbox.State",
+    },
 }
 
 CHANNEL_LAYERS = {
@@ -260,6 +270,10 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 3600.0,
     },
     "delete-orphaned-blobs": {"task": "quor.tasks.delete_orphaned_blobs", "schedule": 3600.0},
+    "delete-old-audit-entries": {
+        "task": "quor.tasks.delete_old_audit_entries",
+        "schedule": 3600.0,
+    },
     "requeue-stuck-documents": {
         "task": "knowledge.tasks.requeue_stuck_documents",
         "schedule": 300.0,
@@ -359,6 +373,8 @@ QUOR_EGRESS_CA_DIR = Path(env("QUOR_EGRESS_CA_DIR", str(BASE_DIR / "var" / "egre
 QUOR_EGRESS_DNS_SERVER = env("QUOR_EGRESS_DNS_SERVER", "")
 # Days egress decisions are kept for audit.
 QUOR_EGRESS_AUDIT_RETENTION_DAYS = envint("QUOR_EGRESS_AUDIT_RETENTION_DAYS", 30)
+# Days the audit log (administrative and security-relevant changes) is kept.
+QUOR_AUDIT_RETENTION_DAYS = envint("QUOR_AUDIT_RETENTION_DAYS", 400)
 # Extra CA certificates trusted besides the public CAs: by the sandbox image and by
 # the proxy when it verifies upstream servers (for TLS-inspecting corporate proxies).
 QUOR_EXTRA_CA_BUNDLE = env("QUOR_EXTRA_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")

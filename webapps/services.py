@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core import signing
 from django.db import transaction
 
+from quor.audit import audit_record, organization_of
 from quor.lib.errors import InvalidInput, NotFound
 from quor.lib.permissions import Permission, role_has
 from quor.lib.tasks import send_on_commit
@@ -161,7 +162,16 @@ def session_set_sharing(*, user, session: Session, sharing: str) -> Session:
             f"sharing must be one of {', '.join(Session.Sharing.values)}.",
             code="webapps.invalid_sharing",
         )
-    Session.objects.filter(pk=session.pk).update(sharing=sharing)
+    with transaction.atomic():
+        Session.objects.filter(pk=session.pk).update(sharing=sharing)
+        if session.sharing != sharing:
+            audit_record(
+                "session.sharing_changed",
+                target=session,
+                organization=organization_of(user),
+                changes={"sharing": [session.sharing, sharing]},
+                actor=user,
+            )
     session.sharing = sharing
     return session
 

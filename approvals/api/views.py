@@ -8,6 +8,7 @@ from approvals.api.serializers import ApprovalSerializer, DecisionSerializer
 from quor.lib.errors import NotFound
 from quor.lib.pagination import NEWEST_FIRST, CursorPagination
 from quor.lib.permissions import Permission
+from quor.models import ServiceAccount
 from sandboxes.runtime import services as sandbox_services
 from sandboxes.selectors import is_uuid
 
@@ -16,6 +17,7 @@ STATUS = OpenApiParameter("status", OpenApiTypes.STR, OpenApiParameter.QUERY)
 
 class SessionApprovalsView(APIView):
     required_permission = Permission.SANDBOX_USE
+    required_scope = ServiceAccount.Scope.EVENTS
     pagination_class = CursorPagination
 
     @extend_schema(parameters=[STATUS], responses=ApprovalSerializer(many=True))

@@ -1,7 +1,15 @@
 from rest_framework import serializers
 
 from quor.lib.serializers import StrictModelSerializer, StrictSerializer
-from quor.models import ApiToken, ModelProvider, User
+from quor.models import (
+    ApiToken,
+    Membership,
+    ModelProvider,
+    Organization,
+    ServiceAccount,
+    ServiceAccountToken,
+    User,
+)
 
 
 class MeSerializer(serializers.Serializer):
@@ -72,4 +80,84 @@ class ApiTokenCreatedSerializer(ApiTokenSerializer):
 
     class Meta(ApiTokenSerializer.Meta):
         fields = [*ApiTokenSerializer.Meta.fields, "token"]
+        read_only_fields = fields
+
+
+class OperatorOrganizationSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Organization
+        fields = ["id", "slug", "name", "is_active", "sandbox_enabled", "created_at"]
+        read_only_fields = fields
+
+
+class OrganizationCreateSerializer(StrictSerializer):
+    slug = serializers.SlugField(max_length=50)
+    name = serializers.CharField(max_length=200)
+
+
+class OrganizationUpdateSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=200, required=False)
+    is_active = serializers.BooleanField(required=False)
+    sandbox_enabled = serializers.BooleanField(required=False)
+
+
+class OperatorMemberSerializer(serializers.ModelSerializer):
+    email = serializers.EmailField(source="user.email", read_only=True)
+    is_active = serializers.BooleanField(source="user.is_active", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "email", "role", "can_use_sandbox", "is_active", "created_at"]
+        read_only_fields = fields
+
+
+class MemberCreateSerializer(StrictSerializer):
+    email = serializers.EmailField(max_length=254)
+    role = serializers.ChoiceField(choices=Membership.Role.choices, default=Membership.Role.MEMBER)
+    can_use_sandbox = serializers.BooleanField(default=True)
+
+
+class MemberUpdateSerializer(StrictSerializer):
+    role = serializers.ChoiceField(choices=Membership.Role.choices, required=False)
+    can_use_sandbox = serializers.BooleanField(required=False)
+
+
+class ServiceAccountSerializer(serializers.ModelSerializer):
+    email = serializers.EmailField(source="user.email", read_only=True)
+
+    class Meta:
+        model = ServiceAccount
+        fields = ["id", "name", "email", "scopes", "created_at", "disabled_at"]
+        read_only_fields = fields
+
+
+class ServiceAccountCreateSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=100)
+    scopes = serializers.ListField(
+        child=serializers.ChoiceField(choices=ServiceAccount.Scope.choices), allow_empty=False
+    )
+
+
+class ServiceAccountUpdateSerializer(StrictSerializer):
+    scopes = serializers.ListField(
+        child=serializers.ChoiceField(choices=ServiceAccount.Scope.choices), allow_empty=False
+    )
+
+
+class ServiceAccountTokenSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ServiceAccountToken
+        fields = ["id", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
+        read_only_fields = fields
+
+
+class ServiceAccountTokenCreateSerializer(StrictSerializer):
+    lifetime_days = serializers.IntegerField(min_value=1, max_value=365, default=90)
+
+
+class ServiceAccountTokenCreatedSerializer(ServiceAccountTokenSerializer):
+    token = serializers.CharField(read_only=True, help_text="Shown once.")
+
+    class Meta(ServiceAccountTokenSerializer.Meta):
+        fields = [*ServiceAccountTokenSerializer.Meta.fields, "token"]
         read_only_fields = fields

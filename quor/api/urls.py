@@ -10,5 +10,21 @@ router.register("tokens", views.ApiTokenViewSet, basename="api-token")
 urlpatterns = [
     path("me/", views.MeView.as_view(), name="api-me"),
     path("models/", views.ModelListView.as_view(), name="api-models"),
+    path("service-accounts/", views.ServiceAccountListView.as_view(), name="api-service-accounts"),
+    path(
+        "service-accounts/<int:account_id>/",
+        views.ServiceAccountView.as_view(),
+        name="api-service-account",
+    ),
+    path(
+        "service-accounts/<int:account_id>/tokens/",
+        views.ServiceAccountTokenListView.as_view(),
+        name="api-service-account-tokens",
+    ),
+    path(
+        "service-accounts/<int:account_id>/tokens/<int:token_id>/",
+        views.ServiceAccountTokenView.as_view(),
+        name="api-service-account-token",
+    ),
     *router.urls,
 ]

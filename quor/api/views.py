@@ -3,7 +3,7 @@ from rest_framework import status, viewsets
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from quor import selectors, services
+from quor import selectors, service_accounts, services
 from quor.api.serializers import (
     ApiTokenCreatedSerializer,
     ApiTokenCreateSerializer,
@@ -11,11 +11,17 @@ from quor.api.serializers import (
     MeSerializer,
     ModelProviderSerializer,
     ModelSerializer,
+    ServiceAccountCreateSerializer,
+    ServiceAccountSerializer,
+    ServiceAccountTokenCreatedSerializer,
+    ServiceAccountTokenCreateSerializer,
+    ServiceAccountTokenSerializer,
+    ServiceAccountUpdateSerializer,
 )
 from quor.lib.errors import NotFound
 from quor.lib.pagination import NEWEST_FIRST, CursorPagination, ListPagination
 from quor.lib.permissions import Permission, get_active_membership, require_permission
-from quor.models import ModelProvider
+from quor.models import ModelProvider, ServiceAccount
 
 
 class MeView(APIView):
@@ -135,4 +141,118 @@ class ApiTokenViewSet(viewsets.ViewSet):
 
     def destroy(self, request, pk=None):
         services.api_token_revoke(user=request.user, token_id=int(pk))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ServiceAccountListView(APIView):
+    """The organization's service accounts: integrations with scoped, expiring tokens."""
+
+    required_permissions = {
+        "get": Permission.ORGANIZATION_VIEW,
+        "post": Permission.ORGANIZATION_MANAGE,
+    }
+    pagination_class = CursorPagination
+
+    @extend_schema(responses=ServiceAccountSerializer(many=True))
+    def get(self, request):
+        """Oldest first (paginated)."""
+        membership = require_permission(request.user, Permission.ORGANIZATION_VIEW)
+        pages = CursorPagination(request, ordering=("id",))
+        accounts = ServiceAccount.objects.filter(organization=membership.organization)
+        return pages.response(
+            accounts.select_related("user"),
+            lambda page: ServiceAccountSerializer(page, many=True).data,
+        )
+
+    @extend_schema(
+        request=ServiceAccountCreateSerializer, responses={201: ServiceAccountSerializer}
+    )
+    def post(self, request):
+        membership = require_permission(request.user, Permission.ORGANIZATION_MANAGE)
+        serializer = ServiceAccountCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        account = service_accounts.service_account_create(
+            organization=membership.organization, **serializer.validated_data
+        )
+        return Response(ServiceAccountSerializer(account).data, status=status.HTTP_201_CREATED)
+
+
+def _service_account(request, account_id, permission) -> ServiceAccount:
+    membership = require_permission(request.user, permission)
+    return service_accounts.get_service_account(membership.organization, account_id)
+
+
+class ServiceAccountView(APIView):
+    required_permissions = {
+        "get": Permission.ORGANIZATION_VIEW,
+        "patch": Permission.ORGANIZATION_MANAGE,
+        "delete": Permission.ORGANIZATION_MANAGE,
+    }
+
+    @extend_schema(responses=ServiceAccountSerializer)
+    def get(self, request, account_id):
+        account = _service_account(request, account_id, Permission.ORGANIZATION_VIEW)
+        return Response(ServiceAccountSerializer(account).data)
+
+    @extend_schema(request=ServiceAccountUpdateSerializer, responses=ServiceAccountSerializer)
+    def patch(self, request, account_id):
+        """Replaces the account's scopes; they hold for its tokens' next request."""
+        account = _service_account(request, account_id, Permission.ORGANIZATION_MANAGE)
+        serializer = ServiceAccountUpdateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        account = service_accounts.service_account_update(
+            account=account, **serializer.validated_data
+        )
+        return Response(ServiceAccountSerializer(account).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request, account_id):
+        """Disables the account: its tokens stop working; its sessions stay."""
+        account = _service_account(request, account_id, Permission.ORGANIZATION_MANAGE)
+        service_accounts.service_account_disable(account=account)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ServiceAccountTokenListView(APIView):
+    required_permissions = {
+        "get": Permission.ORGANIZATION_VIEW,
+        "post": Permission.ORGANIZATION_MANAGE,
+    }
+    pagination_class = CursorPagination
+
+    @extend_schema(responses=ServiceAccountTokenSerializer(many=True))
+    def get(self, request, account_id):
+        """The account's tokens, newest first, revoked and expired ones too (paginated)."""
+        account = _service_account(request, account_id, Permission.ORGANIZATION_VIEW)
+        pages = CursorPagination(request, ordering=NEWEST_FIRST)
+        return pages.response(
+            account.tokens.all(), lambda page: ServiceAccountTokenSerializer(page, many=True).data
+        )
+
+    @extend_schema(
+        request=ServiceAccountTokenCreateSerializer,
+        responses={201: ServiceAccountTokenCreatedSerializer},
+    )
+    def post(self, request, account_id):
+        """A new token, shown once. To rotate, make one, switch the integration to it,
+        then revoke the old one."""
+        account = _service_account(request, account_id, Permission.ORGANIZATION_MANAGE)
+        serializer = ServiceAccountTokenCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        token, raw_token = service_accounts.service_account_token_create(
+            account=account, **serializer.validated_data
+        )
+        token.token = raw_token
+        return Response(
+            ServiceAccountTokenCreatedSerializer(token).data, status=status.HTTP_201_CREATED
+        )
+
+
+class ServiceAccountTokenView(APIView):
+    required_permission = Permission.ORGANIZATION_MANAGE
+
+    @extend_schema(responses={204: None})
+    def delete(self, request, account_id, token_id):
+        account = _service_account(request, account_id, Permission.ORGANIZATION_MANAGE)
+        service_accounts.service_account_token_revoke(account=account, token_id=token_id)
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -15,6 +15,13 @@ from datetime import UTC, datetime
 # signal receivers for a task.
 request_id: ContextVar[str] = ContextVar("quor_request_id", default="")
 task_id: ContextVar[str] = ContextVar("quor_task_id", default="")
+# Who the request is from, once an entry point authenticated them (the audit log's actor).
+actor: ContextVar = ContextVar("quor_actor", default=None)
+
+
+def acting_as(user) -> None:
+    actor.set(user if user is not None and user.is_authenticated else None)
+
 
 # An X-Request-ID worth keeping: a short plain token (a load balancer's id, a UUID).
 SAFE_REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")

@@ -27,6 +27,7 @@ class RequestIdMiddleware:
     def __call__(self, request):
         request.request_id = logs.request_id_from(request.headers.get("X-Request-ID"))
         token = logs.request_id.set(request.request_id)
+        actor_token = logs.actor.set(None)
         started = time.monotonic()
         try:
             response = self.get_response(request)
@@ -34,6 +35,7 @@ class RequestIdMiddleware:
             logs.log_access(request.method, request.path, response.status_code, started)
             return response
         finally:
+            logs.actor.reset(actor_token)
             logs.request_id.reset(token)
 
 

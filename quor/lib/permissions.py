@@ -14,8 +14,9 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from rest_framework.permissions import BasePermission
 
+from quor.lib import logs
 from quor.lib.errors import AccessDenied, InvalidInput
-from quor.models import Membership
+from quor.models import Membership, ServiceAccountToken
 
 
 class Permission(enum.StrEnum):
@@ -61,6 +62,9 @@ PUBLIC = "public"
 
 SANDBOX_CREDENTIAL = "sandbox-credential"
 """Declared by the runtime's endpoints: only a sandbox's own credential is accepted."""
+
+OPERATOR = "operator"
+"""Declared by the operator API: only the operator token is accepted."""
 
 
 def role_has(role: str, permission: Permission) -> bool:
@@ -171,6 +175,7 @@ def page_requires(permission: Permission):
         def checked(request, *args, **kwargs):
             if not request.user.is_authenticated:
                 return redirect_to_login(request.get_full_path())
+            logs.acting_as(request.user)
             try:
                 require_permission(request.user, permission)
             except AccessDenied as exc:
@@ -198,6 +203,27 @@ def declared_permission(view, action: str):
     return getattr(view, "required_permission", None)
 
 
+def declared_scope(view, action: str):
+    """The service account scope an API view declares for an action (`required_scopes`
+    by action, else `required_scope`); None: service accounts may not call it."""
+    by_action = getattr(view, "required_scopes", None)
+    if by_action is not None:
+        return by_action.get(action)
+    return getattr(view, "required_scope", None)
+
+
+def check_token_scope(token, view, action: str) -> None:
+    if not isinstance(token, ServiceAccountToken):
+        return
+    scope = declared_scope(view, action)
+    if scope is None or scope not in token.service_account.scopes:
+        raise AccessDenied(
+            "This service account's token may not do this"
+            + (f" (it needs the '{scope}' scope)." if scope else " (no scope allows it)."),
+            code="access.scope_required",
+        )
+
+
 class DeclaredPermission(BasePermission):
     """Every API view's permission class: what the view declares, checked on the
     request's user. A view that declares nothing answers nobody."""
@@ -209,9 +235,13 @@ class DeclaredPermission(BasePermission):
             return True
         if not (request.user and request.user.is_authenticated):
             return False
+        logs.acting_as(request.user)
         if permission is None:
             return False
         if permission == SANDBOX_CREDENTIAL:
             return True  # the view's only authentication class is the sandbox credential's
+        if permission == OPERATOR or getattr(request.user, "is_operator", False):
+            return permission == OPERATOR and getattr(request.user, "is_operator", False)
+        check_token_scope(request.auth, view, action)
         require_permission(request.user, permission)
         return True

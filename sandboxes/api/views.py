@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 from quor.lib.errors import InvalidInput, NotFound, QuorError
 from quor.lib.pagination import NEWEST_FIRST, CursorPagination, page_size_from
 from quor.lib.permissions import SANDBOX_CREDENTIAL, Permission
+from quor.models import ServiceAccount
 from sandboxes import selectors
 from sandboxes.api.authentication import SandboxCredentialAuthentication
 from sandboxes.api.serializers import (
@@ -62,6 +63,15 @@ PATH = OpenApiParameter("path", OpenApiTypes.STR, OpenApiParameter.QUERY)
 @extend_schema_view(retrieve=extend_schema(parameters=[SESSION_ID]))
 class SessionViewSet(viewsets.ViewSet):
     required_permission = Permission.SANDBOX_USE
+    required_scopes = {
+        "list": ServiceAccount.Scope.SESSIONS,
+        "retrieve": ServiceAccount.Scope.SESSIONS,
+        "create": ServiceAccount.Scope.SESSIONS,
+        "cancel": ServiceAccount.Scope.SESSIONS,
+        "messages": ServiceAccount.Scope.SESSIONS,
+        "webapps": ServiceAccount.Scope.SESSIONS,
+        "events": ServiceAccount.Scope.EVENTS,
+    }
     serializer_class = SessionSerializer
     pagination_class = CursorPagination
     parser_classes = [JSONParser, MultiPartParser]  # multipart: a new session's attachments
@@ -228,6 +238,7 @@ class StartEmptyView(APIView):
 
 class SessionExecView(APIView):
     required_permission = Permission.SANDBOX_USE
+    required_scope = ServiceAccount.Scope.EXEC
 
     @extend_schema(
         parameters=[SESSION_ID], request=ExecRequestSerializer, responses=ExecResultSerializer
@@ -251,6 +262,7 @@ class SessionExecView(APIView):
 
 class SessionFilesView(APIView):
     required_permission = Permission.SANDBOX_USE
+    required_scope = ServiceAccount.Scope.FILES
 
     @extend_schema(
         parameters=[SESSION_ID, PATH],
@@ -271,6 +283,7 @@ class SessionFilesView(APIView):
 
 class SessionFileArchiveView(APIView):
     required_permission = Permission.SANDBOX_USE
+    required_scope = ServiceAccount.Scope.FILES
 
     @extend_schema(
         parameters=[
@@ -322,6 +335,7 @@ def _body_chunks(stream, size: int):
 
 class SessionFileContentView(APIView):
     required_permission = Permission.SANDBOX_USE
+    required_scope = ServiceAccount.Scope.FILES
     parser_classes = [RawBodyParser]
 
     @extend_schema(

@@ -21,6 +21,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from egress.decisions import SANDBOX_PRINCIPAL, SESSION_PRINCIPAL_PREFIX
+from quor.audit import audit_record, organization_of
 from quor.lib import metrics
 from quor.lib.errors import (
     CorruptBlob,
@@ -588,6 +589,25 @@ def sandbox_destroy(
             **NO_RUNTIME,
         )
     return sandbox
+
+
+def sandbox_request_removal(*, sandbox: Sandbox, destroy: bool, keep_workspace: bool = False):
+    """An operator's stop or destroy: recorded, then done by a task (the backend may
+    take its time; the task is safe to run twice)."""
+    with transaction.atomic():
+        audit_record(
+            "sandbox.destroy_requested" if destroy else "sandbox.stop_requested",
+            target=sandbox,
+            organization=organization_of(sandbox.user),
+            changes={"owner": sandbox.user.email, "state": sandbox.state}
+            | ({"keep_workspace": keep_workspace} if destroy else {}),
+        )
+        if destroy:
+            send_on_commit(
+                "sandboxes.tasks.destroy_sandbox", str(sandbox.pk), "keep" if keep_workspace else ""
+            )
+        else:
+            send_on_commit("sandboxes.tasks.stop_sandbox", str(sandbox.pk))
 
 
 # --- sessions' workspaces ------------------------------------------------------------

@@ -57,6 +57,22 @@ def sleep_sandbox(sandbox_id: str) -> None:
         logger.warning("sandbox %s: %s", sandbox_id, exc)  # recorded on the row; retried
 
 
+@shared_task(name="sandboxes.tasks.stop_sandbox", acks_late=True)
+def stop_sandbox(sandbox_id: str) -> None:
+    sandbox = Sandbox.objects.filter(pk=sandbox_id).first()
+    if sandbox is not None:
+        services.sandbox_stop(sandbox=sandbox)
+
+
+@shared_task(name="sandboxes.tasks.destroy_sandbox", acks_late=True)
+def destroy_sandbox(sandbox_id: str, keep_workspace: str = "") -> None:
+    sandbox = Sandbox.objects.filter(pk=sandbox_id).first()
+    if sandbox is not None:
+        services.sandbox_destroy(
+            sandbox=sandbox, remove_workspace=not keep_workspace, via="operator API"
+        )
+
+
 @shared_task(name="sandboxes.tasks.reconcile_sandboxes", acks_late=True)
 def reconcile_sandboxes() -> None:
     try:

@@ -10,13 +10,14 @@ objects fill the URL says whose they are. What each answer means:
 - "allowed": anything else below 500.
 """
 
+import copy
 import re
 from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
-from channels.testing import WebsocketCommunicator
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.test import Client
 from django.urls import URLResolver, get_resolver
@@ -27,20 +28,20 @@ from approvals.models import ApprovalRequest
 from knowledge.models import KnowledgeDocument, KnowledgeSource
 from quor import services
 from quor.admin import OrganizationAdminAccess
-from quor.asgi import application
+from quor.audit import audit_record
 from quor.lib.permissions import (
+    OPERATOR,
     PUBLIC,
     SANDBOX_CREDENTIAL,
     Permission,
     declared_permission,
     role_has,
 )
-from quor.models import Membership, User
-from quor.routing import websocket_urlpatterns
+from quor.models import AuditEntry, Membership, User
+from quor.service_accounts import service_account_create, service_account_token_create
 from sandboxes.library.files import library_file_put
 from sandboxes.models import Sandbox, ScheduledTask, Session, Skill
 from tests import factories
-from tests.scenarios import run_scenario
 from webapps.models import WebApp
 
 Role = Membership.Role
@@ -97,8 +98,16 @@ def _own_sandbox_and_library_file(user):
     library_file_put(user=user, path="notes.txt", content=b"notes")
 
 
-@pytest.fixture
-def world(db):
+@pytest.fixture(scope="module")
+def world(django_db_setup, django_db_blocker):
+    """One world for the module's tests, built once (each test's requests are rolled
+    back), and rolled back when they are done."""
+    with django_db_blocker.unblock(), transaction.atomic():
+        yield build_world()
+        transaction.set_rollback(True)
+
+
+def build_world():
     acme = factories.make_org(name="Acme", slug="acme")
     globex = factories.make_org(name="Globex", slug="globex")
     personas = _personas(acme, globex)
@@ -134,6 +143,8 @@ def world(db):
     for persona in personas:
         if persona.role is not None:
             _own_sandbox_and_library_file(persona.user)
+    robot = service_account_create(organization=acme, name="CI", scopes=["sessions"])
+    robot_token, _ = service_account_token_create(account=robot)
     own = {"session_id": session.pk, "label": webapp.label}
     kwargs = {
         "session-detail": own,
@@ -169,6 +180,14 @@ def world(db):
         "api-runtime-session-webapps": own,
     }
     everyones = {"api-my-sandbox": {}, "api-library": {}}
+    operator = {
+        "operator-organization": {"slug": "acme"},
+        "operator-members": {"slug": "acme"},
+        "operator-member": {"slug": "acme", "member_id": member.membership.pk},
+        "operator-sandbox": {"sandbox_id": session.sandbox_id},
+        "operator-sandbox-stop": {"sandbox_id": session.sandbox_id},
+        "operator-sandbox-destroy": {"sandbox_id": session.sandbox_id},
+    }
     organization_kwargs = {
         "app-credential-set": {"app_id": app.pk},
         "app-credential-clear": {"app_id": app.pk},
@@ -181,12 +200,18 @@ def world(db):
         "api-knowledge-source-documents": {"source_id": source.pk},
         "api-knowledge-document": {"document_id": document.pk},
         "api-knowledge-document-access": {"document_id": document.pk},
+        "api-service-account": {"account_id": robot.pk},
+        "api-service-account-tokens": {"account_id": robot.pk},
+        "api-service-account-token": {"account_id": robot.pk, "token_id": robot_token.pk},
     }
     table = {name: (values, OWN) for name, values in kwargs.items()}
     table |= {name: (values, ORGANIZATION) for name, values in organization_kwargs.items()}
     table |= {name: (values, EVERYONES) for name, values in everyones.items()}
+    table |= {name: (values, None) for name, values in operator.items()}
     skill = Skill.objects.create(organization=acme, name="report", description="Reports")
+    entry = audit_record("app.added", target=app, organization=acme)
     admin_objects = {
+        AuditEntry: entry.pk,
         Skill: skill.pk,
         Membership: member.membership.pk,
         type(provider): provider.pk,
@@ -247,13 +272,13 @@ def _outcome(response) -> str:
     return "allowed"
 
 
-def _expected(persona, permission, scope) -> str:
+def expected_answer(persona, permission, scope) -> str:
     if scope == NOWHERE:
         return "hidden"
     if permission == PUBLIC:
         return "allowed"
-    if persona.user is None or permission == SANDBOX_CREDENTIAL:
-        return "login"
+    if persona.user is None or permission in (SANDBOX_CREDENTIAL, OPERATOR):
+        return "login"  # neither a session nor a personal token is these endpoints' credential
     if persona.role is None or not role_has(persona.role, permission):
         return "refused"
     if scope == OWN and persona.name != "member":
@@ -277,19 +302,22 @@ def _client_for(persona, api: bool):
 
 
 def _ask(client, path, method):
-    """One request, with everything it changes rolled back."""
+    """One request, with everything it changes rolled back (the client's cookies too:
+    the logout URL would sign it out for the module's later tests)."""
+    cookies = copy.deepcopy(client.cookies)
     with transaction.atomic():
         response = getattr(client, method)(path)
         transaction.set_rollback(True)
+    client.cookies = cookies
     return response
 
 
-def _fill(route, values):
+def fill_route(route, values):
     path = route
     for key, value in values.items():
         path = path.replace(f"(?P<{key}>\\d+)", str(value))
         path = path.replace(f"(?P<{key}>[^/.]+)", str(value))
-        for converter in ("str:", "int:", ""):
+        for converter in ("str:", "int:", "slug:", ""):
             path = path.replace(f"<{converter}{key}>", str(value))
     return "/" + path.replace("^", "").replace("$", "")
 
@@ -314,7 +342,7 @@ def test_every_persona_gets_the_answer_the_table_declares(world, route, name, vi
         path, scope = "/api/nothing-here/", NOWHERE
     else:
         values, scope = world.kwargs.get(name, ({}, None))
-        path = _fill(route, values) + QUERIES.get(name, "")
+        path = fill_route(route, values) + QUERIES.get(name, "")
         assert "<" not in path and "(?P" not in path, f"no object fills {route}"
     api = path.startswith("/api/")
     mismatches = []
@@ -322,13 +350,18 @@ def test_every_persona_gets_the_answer_the_table_declares(world, route, name, vi
         permission = _declaration(view, method)
         if permission is None:
             continue
+        probe = next(
+            (p for p in world.personas if expected_answer(p, permission, scope) == "allowed"), None
+        )
+        if probe and _outcome(_ask(world.clients[probe.name, api], path, method)) == "method":
+            continue  # the URL takes no such method
         answers = {
             p.name: _outcome(_ask(world.clients[p.name, api], path, method)) for p in world.personas
         }
         if set(answers.values()) <= {"method", "login"} and "method" in answers.values():
             continue  # the URL takes no such method
         for persona in world.personas:
-            expected = _expected(persona, permission, scope)
+            expected = expected_answer(persona, permission, scope)
             got = answers[persona.name]
             if got != expected and not (got == "method" and expected in ("allowed", "hidden")):
                 mismatches.append((method, persona.name, expected, got))
@@ -418,7 +451,8 @@ def test_every_persona_gets_the_admin_answer_the_table_declares(world, route, na
             expected = (
                 "login" if _admin_expected(persona, None, "view", False) == "login" else "allowed"
             )
-        elif action == "history" and object_id is None:  # Django looks the object up first
+        elif action == "history" and not _exists(model_admin.model, object_id or 1):
+            # Django looks the object up before it checks the permission.
             expected = (
                 "login" if _admin_expected(persona, None, "view", False) == "login" else "hidden"
             )
@@ -433,6 +467,13 @@ def test_every_persona_gets_the_admin_answer_the_table_declares(world, route, na
         if got != expected and not (got == "method" and expected == "allowed"):
             mismatches.append(f"{persona.name}: expected {expected}, got {got}")
     assert mismatches == [], f"{path} ({name}): " + "; ".join(mismatches)
+
+
+def _exists(model, pk) -> bool:
+    try:
+        return model._default_manager.filter(pk=pk).exists()
+    except (ValueError, ValidationError):
+        return False  # not a key of this model (a UUID)
 
 
 def _fill_admin_site_route(path):
@@ -457,33 +498,3 @@ def _admin_site_expected(persona, name, path) -> str:
     if name == "view_on_site":
         return "hidden"
     return "allowed"
-
-
-# --- WebSocket routes --------------------------------------------------------------------
-
-WEBSOCKET_CLOSE_CODES = {4401: "login", 4403: "refused", 4404: "hidden"}
-
-
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("route", websocket_urlpatterns, ids=lambda r: str(r.pattern))
-def test_every_persona_gets_the_websocket_answer_the_table_declares(world, route):
-    consumer = route.callback.consumer_class
-    path = _fill(
-        str(route.pattern), {"session_id": world.kwargs["session-detail"][0]["session_id"]}
-    )
-    answers = {}
-    for persona in world.personas:
-        headers = [(b"origin", b"http://localhost")]
-        if persona.user is not None:
-            session_cookie = world.clients[persona.name, False].cookies["sessionid"].value
-            headers.append((b"cookie", f"sessionid={session_cookie}".encode()))
-
-        async def connect(headers=headers):
-            communicator = WebsocketCommunicator(application, path, headers=headers)
-            connected, close_code = await communicator.connect()
-            await communicator.disconnect()
-            return "allowed" if connected else WEBSOCKET_CLOSE_CODES.get(close_code, close_code)
-
-        answers[persona.name] = run_scenario(connect)
-    expected = {p.name: _expected(p, consumer.required_permission, OWN) for p in world.personas}
-    assert answers == expected

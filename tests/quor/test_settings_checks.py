@@ -81,13 +81,19 @@ def test_startup_fails_with_a_clear_message_without_an_encryption_key():
     assert "QUOR_ENCRYPTION_KEY is not set" in result.stderr
 
 
-def test_the_retired_operator_and_worker_tokens_are_neither_needed_nor_checked():
-    retired = ("QUOR_OPERATOR_TOKEN", "QUOR_WORKER_TOKEN")
-    assert not set(retired) & set(PRODUCTION_ENV)
-    assert not any(hasattr(settings, name) for name in retired)
-    # A deployment that still sets them (to anything) starts as before.
-    result = run_manage("check", env_changes={**PRODUCTION_ENV, **dict.fromkeys(retired, "x")})
+def test_the_retired_worker_token_is_neither_needed_nor_checked():
+    assert "QUOR_WORKER_TOKEN" not in PRODUCTION_ENV
+    assert not hasattr(settings, "QUOR_WORKER_TOKEN")
+    # A deployment that still sets it (to anything) starts as before.
+    result = run_manage("check", env_changes={**PRODUCTION_ENV, "QUOR_WORKER_TOKEN": "x"})
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_startup_refuses_a_short_operator_token_and_accepts_none():
+    result = run_manage("check", env_changes={**PRODUCTION_ENV, "QUOR_OPERATOR_TOKEN": "x" * 31})
+    assert result.returncode != 0
+    assert "quor.E011" in result.stderr
+    assert "QUOR_OPERATOR_TOKEN" not in PRODUCTION_ENV  # optional: no operator API
 
 
 def test_secrets_can_be_read_from_files(tmp_path):
