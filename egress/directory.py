@@ -222,8 +222,8 @@ class ContextLoader:
         contexts = {}
         for sandbox in sandboxes:
             membership = getattr(sandbox.user, "membership", None)
-            if membership is None or not membership.organization.is_active:
-                continue
+            if not (sandbox.user.is_active and membership and membership.organization.is_active):
+                continue  # a deactivated user's sandbox, or a disabled organization's
             organization_id = membership.organization_id
             control_plane = CredentialRoute(
                 kind="quor_api",

@@ -140,6 +140,24 @@ class UserAdmin(DjangoUserAdmin):
     )
     add_fieldsets = ((None, {"classes": ("wide",), "fields": ("email", "password1", "password2")}),)
 
+    def save_model(self, request, obj, form, change):
+        """Deactivation and reactivation go through their services (the fan-out)."""
+        if not (change and "is_active" in form.changed_data):
+            return super().save_model(request, obj, form, change)
+        activate = obj.is_active
+        obj.is_active = not activate
+        super().save_model(request, obj, form, change)
+        change_activity = services.user_reactivate if activate else services.user_deactivate
+        change_activity(user=obj, actor=request.user, via="admin")
+        return None
+
+    def delete_model(self, request, obj):
+        services.user_delete(user=obj, actor=request.user, via="admin")
+
+    def delete_queryset(self, request, queryset):
+        for user in queryset:
+            services.user_delete(user=user, actor=request.user, via="admin")
+
     @admin.display(ordering="membership__organization__name")
     def organization(self, obj):
         membership = getattr(obj, "membership", None)
@@ -153,16 +171,39 @@ class UserAdmin(DjangoUserAdmin):
 
 @admin.register(Membership)
 class MembershipAdmin(OrganizationAdminAccess, admin.ModelAdmin):
-    list_display = ["user", "organization", "role", "can_use_sandbox", "created_at"]
-    list_filter = ["role", "can_use_sandbox", "organization"]
+    list_display = ["user", "organization", "role", "can_use_sandbox", "is_active", "created_at"]
+    list_filter = ["role", "can_use_sandbox", "user__is_active", "organization"]
     search_fields = ["user__email", "organization__name"]
     list_select_related = ["user", "organization"]
     autocomplete_fields = ["user"]
+    actions = ["deactivate_members", "reactivate_members"]
     admin_permissions = {
         **OrganizationAdminAccess.admin_permissions,
         "add": None,  # a member is added with their user (create_member, SCIM, SSO)
         "delete": None,
     }
+
+    @admin.display(boolean=True, ordering="user__is_active", description="Active")
+    def is_active(self, obj):
+        return obj.user.is_active
+
+    @admin.action(permissions=["change"], description="Deactivate selected members")
+    def deactivate_members(self, request, queryset):
+        self._set_active(request, queryset, False)
+
+    @admin.action(permissions=["change"], description="Reactivate selected members")
+    def reactivate_members(self, request, queryset):
+        self._set_active(request, queryset, True)
+
+    def _set_active(self, request, queryset, is_active: bool) -> None:
+        """Member by member: one the editor may not manage is reported, the rest done."""
+        for membership in queryset:
+            try:
+                services.member_update(
+                    membership=membership, actor=request.user, is_active=is_active
+                )
+            except QuorError as exc:
+                self.message_user(request, f"{membership.user}: {exc.message}", messages.ERROR)
 
     def get_readonly_fields(self, request, obj=None):
         """A membership is not moved: its user and organization are set once."""

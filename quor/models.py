@@ -86,6 +86,9 @@ class Membership(models.Model):
     )
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
     can_use_sandbox = models.BooleanField(default=True)
+    external_id = models.CharField(
+        max_length=255, blank=True, help_text="The identity provider's id for the member (SCIM)."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -226,6 +229,30 @@ class AuditEntry(models.Model):
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_label} {self.action}"
 
 
+class OrganizationGroup(models.Model):
+    """A Django group that belongs to one organization, named there by its display name
+    (Django's group names are unique across organizations: theirs is prefixed with the
+    organization's slug). Groups decide model and knowledge access."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="groups")
+    group = models.OneToOneField(Group, on_delete=models.CASCADE, related_name="organization_group")
+    display_name = models.CharField(max_length=120)
+    external_id = models.CharField(max_length=255, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["organization", "display_name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "display_name"], name="group_name_per_organization"
+            )
+        ]
+
+    def __str__(self):
+        return self.display_name
+
+
 class ServiceAccount(models.Model):
     """An integration's identity in an organization: a member without a login (it has
     its own sandbox and sessions), reached with scoped, expiring tokens
@@ -236,6 +263,7 @@ class ServiceAccount(models.Model):
         EXEC = "exec", "Run commands in the sessions' sandbox"
         FILES = "files", "Read and write the sessions' files"
         EVENTS = "events", "Read the sessions' events and approval requests"
+        SCIM = "scim", "Provision the organization's members and groups (SCIM 2.0)"
 
     organization = models.ForeignKey(
         Organization, on_delete=models.CASCADE, related_name="service_accounts"

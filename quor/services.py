@@ -8,6 +8,7 @@ import hashlib
 import secrets
 
 from django.contrib.auth.password_validation import validate_password
+from django.contrib.sessions.models import Session as LoginSession
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email, validate_slug
 from django.db import transaction
@@ -16,8 +17,10 @@ from django.utils import timezone
 
 from quor.audit import audit_record, field_changes, organization_of, secret_change
 from quor.lib.errors import Conflict, InvalidInput, NotFound
-from quor.lib.permissions import check_role_change
+from quor.lib.permissions import check_may_manage_member, check_role_change
+from quor.lib.tasks import send_on_commit
 from quor.models import ApiToken, Membership, ModelProvider, Organization, User
+from quor.signals import user_deactivated
 
 API_TOKEN_PREFIX = "quor_pat_"  # noqa: S105  (a visible prefix, not a secret)
 
@@ -67,15 +70,27 @@ def organization_update(*, organization: Organization, **changes) -> Organizatio
 
 
 @transaction.atomic
-def member_update(*, membership: Membership, actor=None, **changes) -> Membership:
-    """Changes a member's role or Sandbox right, as `actor` may (check_role_change; None:
-    the operator or a command, bound only by the last-owner rule)."""
-    unknown = set(changes) - {"role", "can_use_sandbox"}
+def member_update(
+    *, membership: Membership, actor=None, via: str = "admin", **changes
+) -> Membership:
+    """Changes a member's role, Sandbox right or whether they are active, as `actor` may
+    (check_role_change; None: the operator or a command, bound only by the last-owner
+    rule)."""
+    unknown = set(changes) - {"role", "can_use_sandbox", "is_active"}
     if unknown:
         raise InvalidInput(
             f"Unknown member settings: {', '.join(sorted(unknown))}.",
             code="members.invalid_setting",
         )
+    if "is_active" in changes:
+        is_active = changes.pop("is_active")
+        if not isinstance(is_active, bool):
+            raise InvalidInput("is_active is true or false.", code="members.invalid_setting")
+        check_may_manage_member(actor, membership)
+        if is_active:
+            user_reactivate(user=membership.user, actor=actor, via=via)
+        else:
+            user_deactivate(user=membership.user, actor=actor, via=via)
     locked = Membership.objects.select_for_update().get(pk=membership.pk)
     if "role" in changes and changes["role"] != locked.role:
         check_role_change(actor, locked, changes["role"])
@@ -87,6 +102,87 @@ def member_update(*, membership: Membership, actor=None, **changes) -> Membershi
     if recorded:
         audit_record("member.changed", target=locked, changes=recorded, actor=actor)
     return locked
+
+
+@transaction.atomic
+def user_deactivate(*, user: User, actor=None, via: str) -> User:
+    """Takes a person's access away everywhere, whoever asks (the admin, the operator
+    API, SCIM, SSO). In this transaction: the user is inactive, their login sessions
+    and API tokens end, and the packages above (quor/signals.py) fail their parked
+    approvals and queue the rest: running turns cancelled, open event streams closed,
+    the sandbox put to sleep (its snapshot kept). Run again for an inactive user, it
+    finishes what a crash left half done."""
+    locked = User.objects.select_for_update().get(pk=user.pk)
+    was_active = locked.is_active
+    if was_active:
+        locked.is_active = False
+        locked.save(update_fields=["is_active"])
+    ended = login_sessions_end(locked)
+    revoked = ApiToken.objects.filter(user=locked, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+    if was_active or ended or revoked:
+        audit_record(
+            "user.deactivated",
+            target=locked,
+            organization=organization_of(locked),
+            actor=actor,
+            changes={
+                "is_active": [was_active, False],
+                "via": via,
+                "login_sessions_ended": ended,
+                "api_tokens_revoked": revoked,
+            },
+        )
+    user_deactivated.send(User, user=locked)
+    return locked
+
+
+@transaction.atomic
+def user_reactivate(*, user: User, actor=None, via: str) -> User:
+    """Lets the person in again. What deactivation ended stays ended: they log in anew
+    and create new API tokens; the sandbox wakes from its snapshot when used."""
+    updated = User.objects.filter(pk=user.pk, is_active=False).update(is_active=True)
+    user.refresh_from_db()
+    if updated:
+        audit_record(
+            "user.reactivated",
+            target=user,
+            organization=organization_of(user),
+            actor=actor,
+            changes={"is_active": [False, True], "via": via},
+        )
+    return user
+
+
+@transaction.atomic
+def user_delete(*, user: User, actor=None, via: str) -> None:
+    """Deactivates first (what waits on the user fails, their streams close), then
+    deletes the user with their sessions and sandbox row; the reconciliation that
+    follows removes the runtime and workspace no row claims any more."""
+    user_deactivate(user=user, actor=actor, via=via)
+    audit_record(
+        "user.deleted",
+        target=user,
+        organization=organization_of(user),
+        actor=actor,
+        changes={"email": user.email, "via": via},
+    )
+    user.sessions.all().delete()  # before the sandbox they point to (PROTECT)
+    User.objects.filter(pk=user.pk).delete()
+    send_on_commit("sandboxes.tasks.reconcile_sandboxes")
+
+
+def login_sessions_end(user: User) -> int:
+    """Deletes the user's browser login sessions. Django keeps no index of sessions by
+    user, so every unexpired one is decoded; a deactivation is rare."""
+    mine = [
+        session.pk
+        for session in LoginSession.objects.filter(expire_date__gt=timezone.now()).iterator()
+        if session.get_decoded().get("_auth_user_id") == str(user.pk)
+    ]
+    deleted, _ = LoginSession.objects.filter(pk__in=mine).delete()
+    return deleted
 
 
 def generate_password() -> str:

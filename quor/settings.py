@@ -108,6 +108,12 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Password logins go through the lockouts first (quor/lib/login_attempts.py); ModelBackend
+# stays listed for the browser sessions it signed in (a session names its backend).
+AUTHENTICATION_BACKENDS = [
+    "quor.lib.login_attempts.LoginAttemptsBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -169,6 +175,26 @@ QUOR_KNOWLEDGE_S3_PREFIXES = envlist("QUOR_KNOWLEDGE_S3_PREFIXES", "")
 # How often every directory and S3 source is synced.
 QUOR_KNOWLEDGE_SYNC_INTERVAL_SECONDS = envint("QUOR_KNOWLEDGE_SYNC_INTERVAL_SECONDS", 900)
 
+# Abuse controls (README, "Abuse controls"); 0 turns a limit off.
+# Password login: failed attempts within the window that lock the account (its email,
+# known or not) or the client address, and for how long (seconds).
+QUOR_LOGIN_MAX_FAILURES_PER_ACCOUNT = envint("QUOR_LOGIN_MAX_FAILURES_PER_ACCOUNT", 5)
+QUOR_LOGIN_MAX_FAILURES_PER_ADDRESS = envint("QUOR_LOGIN_MAX_FAILURES_PER_ADDRESS", 50)
+QUOR_LOGIN_FAILURE_WINDOW_SECONDS = envint("QUOR_LOGIN_FAILURE_WINDOW_SECONDS", 15 * 60)
+QUOR_LOGIN_LOCKOUT_SECONDS = envint("QUOR_LOGIN_LOCKOUT_SECONDS", 15 * 60)
+# Proxies in front of the web process that each append the address they saw to
+# X-Forwarded-For; 0: the connection's address is the client's.
+QUOR_TRUSTED_PROXY_COUNT = envint("QUOR_TRUSTED_PROXY_COUNT", 0)
+# API requests per token (a browser session: per user) and per organization (all its
+# members together) within a sliding window of this many seconds; beyond them, 429.
+QUOR_API_RATE_LIMIT_PER_TOKEN = envint("QUOR_API_RATE_LIMIT_PER_TOKEN", 1200)
+QUOR_API_RATE_LIMIT_PER_ORGANIZATION = envint("QUOR_API_RATE_LIMIT_PER_ORGANIZATION", 6000)
+QUOR_API_RATE_WINDOW_SECONDS = envint("QUOR_API_RATE_WINDOW_SECONDS", 60)
+# At once, per organization: sandboxes with a runtime (running, starting, waking, going
+# to sleep), and sessions whose agent is working or about to (a turn pending or running).
+QUOR_ORGANIZATION_MAX_RUNNING_SANDBOXES = envint("QUOR_ORGANIZATION_MAX_RUNNING_SANDBOXES", 50)
+QUOR_ORGANIZATION_MAX_OPEN_SESSIONS = envint("QUOR_ORGANIZATION_MAX_OPEN_SESSIONS", 100)
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "quor.lib.authentication.ServiceAccountTokenAuthentication",
@@ -183,6 +209,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "quor.lib.pagination.CursorPagination",
     "PAGE_SIZE": QUOR_API_PAGE_SIZE,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "DEFAULT_THROTTLE_CLASSES": ["quor.lib.throttling.ApiRateThrottle"],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Quor Sandbox API",

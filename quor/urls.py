@@ -31,6 +31,7 @@ urlpatterns = [
     path("api/v1/", include("apps.api.urls")),
     path("api/v1/", include("knowledge.api.urls")),
     path("api/operator/v1/", include("quor.api.operator_urls")),
+    path("scim/v2/", include("quor.api.scim_urls")),
     re_path(r"^api/(?P<unmatched>.*)$", views.api_not_found),
 ]
 

@@ -2,13 +2,17 @@
 Skills and scheduling acting on the notifications of the layers below them
 (sandboxes/signals.py)."""
 
+from django.db import transaction
 from django.db.models.signals import post_delete
 
 from quor.filestore import blob_delete
+from quor.lib.tasks import send_on_commit
 from quor.models import StoredBlob
+from quor.signals import user_deactivated
 from sandboxes.library.managed import sync_managed_area_after_wake
 from sandboxes.models import Attachment, LibraryFile, Skill
 from sandboxes.scheduling.services import settle_scheduled_run
+from sandboxes.sessions.events import viewers_disconnect
 from sandboxes.signals import runtime_ready, session_status_changed
 
 BLOB_FIELDS = {LibraryFile: "blob_id", Skill: "bundle_id", Attachment: "blob_id"}
@@ -22,8 +26,16 @@ def delete_the_blob(sender, instance, **kwargs) -> None:
         blob_delete(blob)
 
 
+def end_deactivated_users_work(sender, *, user, **kwargs) -> None:
+    """Once the deactivation commits: the user's open event streams close, and a task
+    cancels their turns and puts their sandbox to sleep (the backend takes its time)."""
+    transaction.on_commit(lambda: viewers_disconnect(user.pk), robust=True)
+    send_on_commit("sandboxes.tasks.end_deactivated_users_work", str(user.pk))
+
+
 def connect() -> None:
     for model in BLOB_FIELDS:
         post_delete.connect(delete_the_blob, sender=model, dispatch_uid=f"blob-{model.__name__}")
     runtime_ready.connect(sync_managed_area_after_wake, dispatch_uid="library-after-wake")
     session_status_changed.connect(settle_scheduled_run, dispatch_uid="scheduled-run-settle")
+    user_deactivated.connect(end_deactivated_users_work, dispatch_uid="sandboxes-deactivation")

@@ -113,6 +113,19 @@ def empty_test_redis():
     client.close()
 
 
+@pytest.fixture(autouse=True)
+def no_abuse_counts_carried_over():
+    """Every test starts with no failed logins and no API request counted: the login
+    lockout and the rate limits count per address and organization in Redis, and every
+    test's client comes from 127.0.0.1."""
+    from quor.lib import login_attempts, throttling
+
+    client = throttling.redis_client()
+    for pattern in (login_attempts.KEY_PREFIX + "*", throttling.KEY_PREFIX + "*"):
+        for key in client.scan_iter(pattern):
+            client.delete(key)
+
+
 # --- the real Docker Engine, the real egress proxy, and fakes of outside services ---------
 
 

@@ -121,8 +121,8 @@ def webapp_payload(webapp: WebApp) -> dict:
 
 def can_view(user, webapp: WebApp) -> bool:
     """Viewers hold the web app permission in an active organization: the owner, and
-    with Organization sharing, anyone of the owner's organization. Sharing exposes the
-    app, nothing else of the session."""
+    with Organization sharing, anyone of the owner's organization, while the owner is
+    active. Sharing exposes the app, nothing else of the session."""
     if user is None or not user.is_active:
         return False
     mine = getattr(user, "membership", None)
@@ -131,6 +131,8 @@ def can_view(user, webapp: WebApp) -> bool:
     if not role_has(mine.role, Permission.WEBAPP_VIEW):
         return False
     session = webapp.session
+    if not session.owner.is_active:
+        return False  # a deactivated owner's apps end with their access
     if session.owner_id == user.pk:
         return True
     owners = getattr(session.owner, "membership", None)

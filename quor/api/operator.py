@@ -119,14 +119,17 @@ class MemberListView(OperatorView):
 class MemberView(OperatorView):
     @extend_schema(request=MemberUpdateSerializer, responses=OperatorMemberSerializer)
     def patch(self, request, slug, member_id):
-        """Change a member's role (an organization keeps one owner) or Sandbox right."""
+        """Change a member's role (an organization keeps one owner) or Sandbox right, or
+        deactivate them (or let them in again)."""
         organization = _organization(slug)
         membership = Membership.objects.filter(organization=organization, pk=member_id).first()
         if membership is None:
             raise NotFound("No such member.", code="members.not_found")
         serializer = MemberUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        membership = services.member_update(membership=membership, **serializer.validated_data)
+        membership = services.member_update(
+            membership=membership, via="operator", **serializer.validated_data
+        )
         return Response(OperatorMemberSerializer(membership).data)
 
 

@@ -120,6 +120,11 @@ class MemberCreateSerializer(StrictSerializer):
 class MemberUpdateSerializer(StrictSerializer):
     role = serializers.ChoiceField(choices=Membership.Role.choices, required=False)
     can_use_sandbox = serializers.BooleanField(required=False)
+    is_active = serializers.BooleanField(
+        required=False,
+        help_text="false ends the member's access at once: login sessions, API tokens, "
+        "running turns, parked approvals; their sandbox goes to sleep.",
+    )
 
 
 class ServiceAccountSerializer(serializers.ModelSerializer):

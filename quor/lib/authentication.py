@@ -162,5 +162,5 @@ class ServiceAccountTokenScheme(OpenApiAuthenticationExtension):
             "type": "http",
             "scheme": "bearer",
             "description": "A service account's token; each operation lists the scope it "
-            "needs (sessions, exec, files, events).",
+            "needs (sessions, exec, files, events; scim only on /scim/v2/).",
         }

@@ -123,6 +123,8 @@ def api_exception_handler(exc, context):
     headers = {}
     if getattr(exc, "auth_header", None):
         headers["WWW-Authenticate"] = exc.auth_header
+    if isinstance(exc, drf_exceptions.Throttled) and exc.wait is not None:
+        headers["Retry-After"] = str(exc.wait)  # whole seconds (Throttled rounds up)
     if isinstance(exc, drf_exceptions.ValidationError):
         fields = _flatten(exc.detail)
         if isinstance(fields, list):

@@ -66,6 +66,10 @@ SANDBOX_CREDENTIAL = "sandbox-credential"
 OPERATOR = "operator"
 """Declared by the operator API: only the operator token is accepted."""
 
+SCIM_CLIENT = "scim-client"
+"""Declared by the SCIM endpoints: only a service account's token with the scim scope is
+accepted, and it acts on that account's organization."""
+
 
 def role_has(role: str, permission: Permission) -> bool:
     return permission in ROLE_PERMISSIONS.get(role, frozenset())
@@ -116,24 +120,29 @@ def check_sandbox_access(user) -> Membership:
     return membership
 
 
+def check_may_manage_member(actor, membership: Membership, *, new_role: str = "") -> None:
+    """The organization's managers manage members and auditors; owners and admins (or
+    giving one of those roles) only holders of ADMINS_MANAGE. None: the operator or a
+    command."""
+    if actor is None or actor.is_superuser:
+        return
+    acting = require_permission(actor, Permission.ORGANIZATION_MANAGE)
+    if acting.organization_id != membership.organization_id:
+        raise AccessDenied("Not a member of your organization.", code="access.denied")
+    powerful = {Role.OWNER, Role.ADMIN}
+    if (new_role in powerful or membership.role in powerful) and not role_has(
+        acting.role, Permission.ADMINS_MANAGE
+    ):
+        raise AccessDenied("Only an owner manages owners and admins.", code="access.owner_required")
+
+
 def check_role_change(actor, membership: Membership, role: str) -> None:
     """Who may give which role: the organization's managers give and take member and
     auditor; only holders of ADMINS_MANAGE touch an owner's or admin's role, or give
     one. An organization keeps at least one owner."""
     if role not in Role.values:
         raise InvalidInput(f"Unknown role {role!r}.", code="members.invalid_role")
-    if actor is not None and not actor.is_superuser:
-        acting = require_permission(actor, Permission.ORGANIZATION_MANAGE)
-        if acting.organization_id != membership.organization_id:
-            raise AccessDenied("Not a member of your organization.", code="access.denied")
-        powerful = {Role.OWNER, Role.ADMIN}
-        if (role in powerful or membership.role in powerful) and not role_has(
-            acting.role, Permission.ADMINS_MANAGE
-        ):
-            raise AccessDenied(
-                "Only an owner gives or takes the owner and admin roles.",
-                code="access.owner_required",
-            )
+    check_may_manage_member(actor, membership, new_role=role)
     if membership.role == Role.OWNER and role != Role.OWNER:
         others = Membership.objects.filter(
             organization_id=membership.organization_id, role=Role.OWNER
@@ -238,8 +247,8 @@ class DeclaredPermission(BasePermission):
         logs.acting_as(request.user)
         if permission is None:
             return False
-        if permission == SANDBOX_CREDENTIAL:
-            return True  # the view's only authentication class is the sandbox credential's
+        if permission in (SANDBOX_CREDENTIAL, SCIM_CLIENT):
+            return True  # the view's only authentication class accepts nothing else
         if permission == OPERATOR or getattr(request.user, "is_operator", False):
             return permission == OPERATOR and getattr(request.user, "is_operator", False)
         check_token_scope(request.auth, view, action)

@@ -33,6 +33,7 @@ from quor.lib.errors import (
 from quor.lib.locks import advisory_lock, advisory_try_lock
 from quor.lib.permissions import check_sandbox_access
 from quor.lib.tasks import send_on_commit
+from quor.models import Membership, User
 from sandboxes import image
 from sandboxes.backends import get_backend
 from sandboxes.backends.base import (
@@ -73,6 +74,14 @@ class SandboxUnavailable(QuorError):
     status = 503
     code = "sandboxes.unavailable"
     default_message = "The sandbox could not be started."
+
+
+class SandboxLimitReached(SandboxUnavailable):
+    """A SandboxUnavailable, so that whatever copes with a sandbox that cannot start
+    copes with this one too; 429: it may start once others have gone to sleep."""
+
+    status = 429
+    code = "sandboxes.organization_limit_reached"
 
 
 class WorkspaceUnrestorable(QuorError):
@@ -116,6 +125,9 @@ IN_USE = {"has_workspace": True, "newer_than_snapshot": True}
 # A runtime exists and holds the workspace in these states. SNAPSHOTTING too: the
 # runtime is removed only after the state says SLEEPING.
 RUNTIME_STATES = (Sandbox.State.RUNNING, Sandbox.State.SNAPSHOTTING)
+
+# What QUOR_ORGANIZATION_MAX_RUNNING_SANDBOXES counts: a runtime, or one on its way.
+HOLDS_RUNTIME = (Sandbox.State.PROVISIONING, Sandbox.State.RESTORING, *RUNTIME_STATES)
 
 
 # --- lifecycle ---------------------------------------------------------------------
@@ -201,6 +213,7 @@ def get_or_create_sandbox(*, user) -> Sandbox:
 def sandbox_request(*, user, network_policy: str | None = None) -> Sandbox:
     """Records that the user wants their sandbox running and enqueues the work."""
     check_sandbox_access(user)
+    check_sandbox_capacity(user=user)
     sandbox = get_or_create_sandbox(user=user)
     check_workspace_restorable(sandbox)
     if network_policy and network_policy != sandbox.network_policy:
@@ -208,6 +221,59 @@ def sandbox_request(*, user, network_policy: str | None = None) -> Sandbox:
         sandbox.refresh_from_db()
     send_on_commit("sandboxes.tasks.ensure_sandbox", str(sandbox.pk))
     return sandbox
+
+
+def _organization_id(user_id):
+    return (
+        Membership.objects.filter(user_id=user_id).values_list("organization_id", flat=True).first()
+    )
+
+
+def _check_sandbox_limit(organization_id, *, other_than) -> None:
+    running = (
+        Sandbox.objects.filter(
+            user__membership__organization_id=organization_id, state__in=HOLDS_RUNTIME
+        )
+        .exclude(pk=other_than)
+        .count()
+    )
+    if running >= settings.QUOR_ORGANIZATION_MAX_RUNNING_SANDBOXES:
+        raise SandboxLimitReached(
+            f"Your organization has {running} sandboxes running, its limit: yours can start "
+            "when one of them has gone to sleep."
+        )
+
+
+def check_sandbox_capacity(*, user) -> None:
+    """Before work that needs the user's sandbox running: refused (429) at once when it
+    has no runtime and the organization's limit is reached. `_runtime_slot` checks
+    again where a runtime really starts."""
+    if not settings.QUOR_ORGANIZATION_MAX_RUNNING_SANDBOXES:
+        return
+    sandbox = Sandbox.objects.filter(user=user).first()
+    organization_id = _organization_id(user.pk)
+    if organization_id is None or (sandbox is not None and sandbox.state in HOLDS_RUNTIME):
+        return
+    _check_sandbox_limit(organization_id, other_than=sandbox.pk if sandbox else None)
+
+
+@contextlib.contextmanager
+def _runtime_slot(sandbox: Sandbox):
+    """Around the state change that gives a sandbox a runtime: the organization's
+    count and that change are one step across processes (an advisory lock per
+    organization), so two starts cannot both take the last place. One that already
+    holds a runtime (an upgrade, a wake that died half-way) keeps its place."""
+    organization_id = _organization_id(sandbox.user_id)
+    if (
+        not settings.QUOR_ORGANIZATION_MAX_RUNNING_SANDBOXES
+        or organization_id is None
+        or sandbox.state in HOLDS_RUNTIME
+    ):
+        yield
+        return
+    with advisory_lock(f"quor-organization-sandboxes:{organization_id}"):
+        _check_sandbox_limit(organization_id, other_than=sandbox.pk)
+        yield
 
 
 def sandbox_ensure(*, user) -> Sandbox:
@@ -219,7 +285,10 @@ def sandbox_ensure(*, user) -> Sandbox:
 
 def sandbox_ensure_running(sandbox: Sandbox, *, for_session: Session | None = None) -> Sandbox:
     """Running, on the current image; `for_session` is the session asking (its own
-    running agent does not hold back an upgrade)."""
+    running agent does not hold back an upgrade). Never for a deactivated owner, whoever
+    asks (a colleague opening a shared web app, a scheduled run)."""
+    if not User.objects.filter(pk=sandbox.user_id, is_active=True).exists():
+        raise SandboxUnavailable("The sandbox's owner is deactivated.")
     try:
         return _ensure_running(sandbox, for_session)
     except BackendUnavailable as exc:  # the Docker daemon (or the cluster) is down
@@ -251,9 +320,10 @@ def _ensure_running(sandbox: Sandbox, for_session: Session | None) -> Sandbox:
             raise WorkspaceUnrestorable(_unrestorable_message(sandbox))
         else:
             kept = {}
-        _set_state(
-            sandbox, Sandbox.State.PROVISIONING, failure_reason="", **kept, **_new_credential()
-        )
+        with _runtime_slot(sandbox):
+            _set_state(
+                sandbox, Sandbox.State.PROVISIONING, failure_reason="", **kept, **_new_credential()
+            )
         status = _start_runtime(sandbox, backend, from_pool=not kept)
         _record_runtime(sandbox, status, **IN_USE)
     return sandbox
@@ -470,7 +540,8 @@ def _wake(sandbox: Sandbox, backend) -> Sandbox:
     sandbox asleep, to be woken next time. A workspace lost while in use (newer than its
     snapshots) comes back as its newest snapshot, and that is recorded and told."""
     lost_in_use, before = sandbox.newer_than_snapshot, _state_described(sandbox)
-    _set_state(sandbox, Sandbox.State.RESTORING, failure_reason="", **_new_credential())
+    with _runtime_slot(sandbox):
+        _set_state(sandbox, Sandbox.State.RESTORING, failure_reason="", **_new_credential())
     damaged = []
     for snapshot in good_snapshots(sandbox):
         backend.destroy(sandbox.backend_sandbox_id, remove_workspace=True)  # what an attempt left

@@ -21,7 +21,7 @@ from quor.lib.kept_connections import on_kept_connection
 from quor.lib.permissions import Permission, require_permission
 from sandboxes import selectors
 from sandboxes.runtime import services
-from sandboxes.sessions.events import serialize_event, session_group
+from sandboxes.sessions.events import serialize_event, session_group, viewer_group
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
@@ -58,6 +58,8 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         self.sending = asyncio.Lock()
         self.last_heard = time.monotonic()
         self.group = session_group(self.session.pk)
+        self.viewer_group = viewer_group(user.pk)
+        await self.channel_layer.group_add(self.viewer_group, self.channel_name)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         await self.send_from_database()
@@ -80,6 +82,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             self.catch_up.cancel()
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+            await self.channel_layer.group_discard(self.viewer_group, self.channel_name)
 
     async def catch_up_regularly(self):
         """Reads the database once CATCH_UP_SECONDS passed without a live event or a
@@ -116,3 +119,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
                     continue
                 await self.send_json(event)
                 self.last_seq = event["seq"]
+
+    async def viewer_deactivated(self, message):
+        """The viewer was deactivated: the stream closes as if they had never logged in."""
+        await self.close(code=CLOSE_UNAUTHENTICATED)

@@ -19,6 +19,18 @@ def session_group(session_id) -> str:
     return f"session-{session_id}"
 
 
+def viewer_group(user_id) -> str:
+    """Every live event stream a user has open, whichever session it shows."""
+    return f"viewer-{user_id}"
+
+
+def viewers_disconnect(user_id) -> None:
+    """Closes the user's open event streams (their access ended)."""
+    async_to_sync(get_channel_layer().group_send)(
+        viewer_group(user_id), {"type": "viewer.deactivated"}
+    )
+
+
 def serialize_event(event: AgentEvent) -> dict:
     return {
         "seq": event.seq,

@@ -16,6 +16,7 @@ from quor.lib import metrics
 from quor.lib.errors import Conflict, InvalidInput, NotFound, QuorError
 from quor.lib.permissions import check_model_access, check_sandbox_access
 from quor.lib.tasks import send, send_on_commit
+from quor.models import Organization, User
 from sandboxes import image
 from sandboxes.backends import get_backend
 from sandboxes.backends.base import BackendError
@@ -44,6 +45,11 @@ RUNTIME_EVENT_KINDS = {
 }
 OPEN_STATUSES = (Session.Status.PENDING, Session.Status.RUNNING)
 MAX_EVENTS_PER_REPORT = 1000
+
+
+class SessionLimitReached(QuorError):
+    status = 429
+    code = "sessions.organization_limit_reached"
 
 
 def checked_runtime_events(events) -> list[tuple[str, dict]]:
@@ -118,6 +124,27 @@ def _clean_message(text) -> str:
             code="sessions.message_too_long",
         )
     return text
+
+
+def _check_organization_limits(user) -> None:
+    """Before a turn is opened (a new session, a follow-up), in its transaction: refused
+    (429) while the organization has QUOR_ORGANIZATION_MAX_OPEN_SESSIONS sessions with a
+    turn pending or running, or its sandbox would be one too many. The organization's
+    row stays locked until the commit, so two requests cannot both take the last place
+    (FOR NO KEY UPDATE: rows that refer to the organization are still written)."""
+    limit = settings.QUOR_ORGANIZATION_MAX_OPEN_SESSIONS
+    organization_id = user.membership.organization_id
+    if limit:
+        Organization.objects.select_for_update(no_key=True).filter(pk=organization_id).first()
+        open_sessions = Session.objects.filter(
+            owner__membership__organization_id=organization_id, status__in=OPEN_STATUSES
+        ).count()
+        if open_sessions >= limit:
+            raise SessionLimitReached(
+                f"Your organization has {open_sessions} sessions with the agent at work, its "
+                "limit: try again when one of them has finished."
+            )
+    services.check_sandbox_capacity(user=user)
 
 
 def _enqueue_turn(session: Session) -> None:
@@ -341,6 +368,7 @@ def session_create(
             f"Unknown Skills: {', '.join(sorted(unknown))}.", code="sessions.unknown_skill"
         )
     selected_apps = apps_for_selection(organization, apps)
+    _check_organization_limits(user)
     sandbox = services.get_or_create_sandbox(user=user)
     services.check_workspace_restorable(sandbox)
     session = Session.objects.create(
@@ -371,6 +399,7 @@ def session_message(*, user, session: Session, text) -> Session:
     services.check_workspace_restorable(session.sandbox)
     if session.status in OPEN_STATUSES:
         raise Conflict("The agent is still working on this session.", code="sessions.busy")
+    _check_organization_limits(user)
     Session.objects.filter(pk=session.pk).update(
         status=Session.Status.PENDING, finished_at=None, updated_at=timezone.now()
     )
@@ -380,11 +409,11 @@ def session_message(*, user, session: Session, text) -> Session:
     return session
 
 
-def session_cancel(*, user, session: Session) -> Session:
-    """Stops the agent (it gets SIGTERM in the sandbox) and records that it was cancelled.
-    The agent is stopped first, while its turn is the session's newest: a follow-up's
-    agent can never be the one stopped. One that starts in between is refused at its
-    first heartbeat and stops itself."""
+def session_cancel(*, user, session: Session, reason: str = "") -> Session:
+    """Stops the agent (it gets SIGTERM in the sandbox) and records that it was cancelled
+    (and why, when it was not the user's choice). The agent is stopped first, while its
+    turn is the session's newest: a follow-up's agent can never be the one stopped. One
+    that starts in between is refused at its first heartbeat and stops itself."""
     not_running = Conflict("The session is not running.", code="sessions.not_running")
     if session.status not in OPEN_STATUSES:
         raise not_running
@@ -397,10 +426,28 @@ def session_cancel(*, user, session: Session) -> Session:
             raise not_running
         if session.status == Session.Status.RUNNING:
             metrics.turn_ended(Session.Status.CANCELLED, turn_started_at(session))
-        session_events_append(session=session, events=[("cancelled", {"by": user.email})])
+        cancelled = {"by": user.email} | ({"reason": reason} if reason else {})
+        session_events_append(session=session, events=[("cancelled", cancelled)])
         session_status_changed.send(Session, session=session, status=Session.Status.CANCELLED)
     session.refresh_from_db()
     return session
+
+
+def sessions_end_for_deactivated_user(*, user_id) -> None:
+    """A deactivated user's running turns are cancelled and their sandbox put to sleep,
+    its snapshot kept per retention. Safe to run twice; nothing is done for a user let
+    in again meanwhile."""
+    user = User.objects.filter(pk=user_id, is_active=False).first()
+    if user is None:
+        return
+    for session in Session.objects.filter(owner=user, status__in=OPEN_STATUSES):
+        try:
+            session_cancel(user=user, session=session, reason="deactivated")
+        except Conflict:
+            continue  # the turn ended meanwhile
+    sandbox = Sandbox.objects.filter(user=user).first()
+    if sandbox is not None:
+        services.sandbox_sleep(sandbox=sandbox, force=True)
 
 
 def session_rename(*, user, session: Session, title) -> Session:
@@ -602,7 +649,7 @@ def session_run_turn(*, session_id) -> None:
             timeout_s=AGENT_START_TIMEOUT_SECONDS,
             output_limit=64 * 1024,
         )
-    except services.WorkspaceUnrestorable as exc:
+    except (services.WorkspaceUnrestorable, services.SandboxLimitReached) as exc:
         _fail(session, turn, exc.code, exc.message)
         return
     except (QuorError, BackendError) as exc:

@@ -5,6 +5,7 @@ from celery import shared_task
 
 from sandboxes.sessions.services import (
     session_run_turn,
+    sessions_end_for_deactivated_user,
     sessions_fail_lost_turns,
     sessions_requeue_pending,
 )
@@ -23,3 +24,8 @@ def requeue_pending_turns() -> None:
 @shared_task(name="sandboxes.tasks.fail_lost_turns")
 def fail_lost_turns() -> None:
     sessions_fail_lost_turns()
+
+
+@shared_task(name="sandboxes.tasks.end_deactivated_users_work", acks_late=True)
+def end_deactivated_users_work(user_id: str) -> None:
+    sessions_end_for_deactivated_user(user_id=user_id)

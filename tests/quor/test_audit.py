@@ -156,7 +156,7 @@ def test_an_admin_may_not_make_anyone_owner_and_nothing_is_recorded(org, org_adm
     url = f"/admin/quor/membership/{member.membership.pk}/change/"
     response = browser.post(url, {"role": "owner", "can_use_sandbox": "on"})
     assert response.status_code == 200  # the form again, with the error
-    assert "Only an owner gives or takes the owner and admin roles." in response.content.decode()
+    assert "Only an owner manages owners and admins." in response.content.decode()
     member.membership.refresh_from_db()
     assert member.membership.role == "member"
     assert not AuditEntry.objects.filter(action__in=["member.changed", "admin.changed"]).exists()

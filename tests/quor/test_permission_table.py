@@ -33,6 +33,7 @@ from quor.lib.permissions import (
     OPERATOR,
     PUBLIC,
     SANDBOX_CREDENTIAL,
+    SCIM_CLIENT,
     Permission,
     declared_permission,
     role_has,
@@ -187,6 +188,10 @@ def build_world():
         "operator-sandbox": {"sandbox_id": session.sandbox_id},
         "operator-sandbox-stop": {"sandbox_id": session.sandbox_id},
         "operator-sandbox-destroy": {"sandbox_id": session.sandbox_id},
+        "scim-user": {"resource_id": member.pk},
+        "scim-group": {"resource_id": "1"},
+        "scim-resource-type": {"name": "User"},
+        "scim-schema": {"schema_id": "urn:ietf:params:scim:schemas:core:2.0:User"},
     }
     organization_kwargs = {
         "app-credential-set": {"app_id": app.pk},
@@ -277,7 +282,7 @@ def expected_answer(persona, permission, scope) -> str:
         return "hidden"
     if permission == PUBLIC:
         return "allowed"
-    if persona.user is None or permission in (SANDBOX_CREDENTIAL, OPERATOR):
+    if persona.user is None or permission in (SANDBOX_CREDENTIAL, OPERATOR, SCIM_CLIENT):
         return "login"  # neither a session nor a personal token is these endpoints' credential
     if persona.role is None or not role_has(persona.role, permission):
         return "refused"

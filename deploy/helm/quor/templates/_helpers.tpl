@@ -73,6 +73,7 @@ hook that runs before the ConfigMap exists, gets it inline.
   "QUOR_PUBLIC_URL" (printf "%s://%s" .Values.scheme .Values.host)
   "QUOR_SSL_REDIRECT" (ternary "true" "false" $https)
   "QUOR_BEHIND_TLS_PROXY" (ternary "true" "false" $https)
+  "QUOR_TRUSTED_PROXY_COUNT" (ternary "1" "0" .Values.ingress.enabled)
   "QUOR_SANDBOX_API_URL" (printf "http://%s:8000" (include "quor.webServiceHost" .))
   "QUOR_SANDBOX_BACKEND" "kubernetes"
   "QUOR_SANDBOX_IMAGE" .Values.sandboxes.image

@@ -1,0 +1,241 @@
+"""SCIM provisioning as Quor uses it: an identity provider's connector creates, finds,
+deactivates and deletes people and groups of its own organization only, and bad input
+changes nothing. The protocol itself is checked by test_scim_compliance.py."""
+
+import pytest
+from rest_framework.test import APIClient
+
+from quor import service_accounts
+from quor.models import ApiToken, AuditEntry, Membership, OrganizationGroup, User
+from quor.selectors import model_provider_is_available_to
+from tests import factories
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+USER_SCHEMA = "urn:ietf:params:scim:schemas:core:2.0:User"
+GROUP_SCHEMA = "urn:ietf:params:scim:schemas:core:2.0:Group"
+PATCH_SCHEMA = "urn:ietf:params:scim:api:messages:2.0:PatchOp"
+
+
+def scim_client(organization, scopes=("scim",)) -> APIClient:
+    account = service_accounts.service_account_create(
+        organization=organization, name="Identity provider", scopes=list(scopes)
+    )
+    _, raw_token = service_accounts.service_account_token_create(account=account)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw_token}")
+    client.account = account
+    return client
+
+
+@pytest.fixture
+def idp(org):
+    return scim_client(org)
+
+
+def create_user(idp, user_name, **attributes):
+    body = {"schemas": [USER_SCHEMA], "userName": user_name, **attributes}
+    return idp.post("/scim/v2/Users", body, format="json")
+
+
+def patch(idp, path, *operations):
+    body = {"schemas": [PATCH_SCHEMA], "Operations": list(operations)}
+    return idp.patch(path, body, format="json")
+
+
+def test_a_provisioned_user_is_a_member_without_a_password(idp, org):
+    response = create_user(
+        idp, "Ada@Acme.test", displayName="Ada Lovelace", externalId="00u1", active=True
+    )
+    assert response.status_code == 201, response.json()
+    assert response["Content-Type"] == "application/scim+json"
+    body = response.json()
+    assert body["userName"] == "ada@acme.test"
+    assert response["Location"].endswith(f"/scim/v2/Users/{body['id']}")
+    user = User.objects.get(pk=body["id"])
+    assert (user.full_name, user.membership.organization, user.membership.role) == (
+        "Ada Lovelace",
+        org,
+        Membership.Role.MEMBER,
+    )
+    assert user.membership.external_id == "00u1"
+    assert not user.has_usable_password()
+    entry = AuditEntry.objects.get(action="member.added")
+    assert entry.actor == idp.account.user
+
+
+def test_the_name_fills_in_for_a_missing_display_name(idp):
+    response = create_user(idp, "bob@acme.test", name={"givenName": "Bob", "familyName": "Ray"})
+    assert response.json()["displayName"] == "Bob Ray"
+
+
+def test_a_filter_finds_a_user_by_user_name_whatever_its_case(idp, owner):
+    create_user(idp, "ada@acme.test")
+    response = idp.get("/scim/v2/Users", {"filter": 'userName eq "ADA@acme.test"'})
+    assert response.status_code == 200
+    body = response.json()
+    assert body["totalResults"] == 1
+    assert body["Resources"][0]["userName"] == "ada@acme.test"
+
+
+def test_pages_are_counted_from_one(idp, owner, colleague):
+    everyone = idp.get("/scim/v2/Users").json()
+    assert everyone["totalResults"] == 2  # people: the service account is not listed
+    second = idp.get("/scim/v2/Users", {"startIndex": 2, "count": 1}).json()
+    assert (second["startIndex"], second["itemsPerPage"]) == (2, 1)
+    assert second["Resources"][0]["id"] == everyone["Resources"][1]["id"]
+
+
+@pytest.mark.parametrize(
+    ("query", "scim_type"),
+    [
+        ('userName eq "x', "invalidFilter"),
+        ("shoeSize gt 42", "invalidFilter"),
+        ('userName zz "x"', "invalidFilter"),
+    ],
+)
+def test_a_malformed_filter_is_a_clear_error(idp, query, scim_type):
+    response = idp.get("/scim/v2/Users", {"filter": query})
+    assert response.status_code == 400
+    body = response.json()
+    assert body["scimType"] == scim_type
+    assert body["schemas"] == ["urn:ietf:params:scim:api:messages:2.0:Error"]
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {"shoeSize": 42},
+        {"urn:example:params:scim:schemas:extension:2.0:Shoes": {"size": 42}},
+        {"active": "maybe"},
+    ],
+)
+def test_unknown_or_malformed_attributes_create_nothing(idp, attributes):
+    response = create_user(idp, "ada@acme.test", **attributes)
+    assert response.status_code == 400
+    assert response.json()["scimType"] in ("invalidSyntax", "invalidValue")
+    assert not User.objects.filter(email="ada@acme.test").exists()
+
+
+def test_a_user_name_that_is_not_an_email_address_is_refused(idp):
+    response = create_user(idp, "ada")
+    assert response.status_code == 400
+    assert response.json()["scimType"] == "invalidValue"
+    assert "email address" in response.json()["detail"]
+
+
+def test_a_taken_user_name_is_a_uniqueness_conflict(idp, stranger):
+    response = create_user(idp, stranger.email)
+    assert response.status_code == 409
+    assert response.json()["scimType"] == "uniqueness"
+    stranger.refresh_from_db()
+    assert stranger.membership.organization.slug == "globex"
+
+
+def test_deactivating_through_scim_ends_the_users_access(idp, owner, client_for):
+    api = client_for(owner)
+    response = patch(
+        idp, f"/scim/v2/Users/{owner.pk}", {"op": "replace", "path": "active", "value": False}
+    )
+    assert response.status_code == 200, response.json()
+    assert response.json()["active"] is False
+    assert api.get("/api/v1/sessions/").status_code == 401
+    assert not ApiToken.objects.filter(user=owner, revoked_at__isnull=True).exists()
+    entry = AuditEntry.objects.get(action="user.deactivated")
+    assert (entry.actor, entry.changes["via"]) == (idp.account.user, "scim")
+
+
+def test_active_cannot_be_removed(idp, owner):
+    response = patch(idp, f"/scim/v2/Users/{owner.pk}", {"op": "remove", "path": "active"})
+    assert response.status_code == 400
+    assert response.json()["scimType"] == "mutability"
+    owner.refresh_from_db()
+    assert owner.is_active
+
+
+def test_deleting_through_scim_removes_the_user(idp, owner):
+    assert idp.delete(f"/scim/v2/Users/{owner.pk}").status_code == 204
+    assert not User.objects.filter(pk=owner.pk).exists()
+    assert idp.get(f"/scim/v2/Users/{owner.pk}").status_code == 404
+    assert list(
+        AuditEntry.objects.filter(action__startswith="user.").values_list("action", flat=True)
+    ) == ["user.deleted", "user.deactivated"]
+
+
+def test_a_connector_sees_and_touches_only_its_own_organization(idp, stranger):
+    assert idp.get(f"/scim/v2/Users/{stranger.pk}").status_code == 404
+    response = patch(
+        idp, f"/scim/v2/Users/{stranger.pk}", {"op": "replace", "path": "active", "value": False}
+    )
+    assert response.status_code == 404
+    assert idp.delete(f"/scim/v2/Users/{stranger.pk}").status_code == 404
+    stranger.refresh_from_db()
+    assert stranger.is_active
+    assert stranger.email not in str(idp.get("/scim/v2/Users").json())
+
+
+def test_groups_decide_model_access(idp, org, owner, colleague):
+    provider = factories.make_provider(org, available_to_everyone=False)
+    response = idp.post(
+        "/scim/v2/Groups",
+        {"schemas": [GROUP_SCHEMA], "displayName": "Engineering", "members": [{"value": str(owner.pk)}]},
+        format="json",
+    )  # fmt: skip
+    assert response.status_code == 201, response.json()
+    group = OrganizationGroup.objects.get(organization=org, display_name="Engineering").group
+    provider.allowed_groups.add(group)
+    assert model_provider_is_available_to(provider, owner)
+    assert not model_provider_is_available_to(provider, colleague)
+
+    path = f"/scim/v2/Groups/{group.pk}"
+    response = patch(
+        idp, path,
+        {"op": "add", "path": "members", "value": [{"value": str(colleague.pk)}]},
+        {"op": "remove", "path": f'members[value eq "{owner.pk}"]'},
+    )  # fmt: skip
+    assert response.status_code == 200, response.json()
+    assert [m["value"] for m in response.json()["members"]] == [str(colleague.pk)]
+    assert not model_provider_is_available_to(provider, owner)
+    assert model_provider_is_available_to(provider, colleague)
+    assert idp.get(f"/scim/v2/Users/{colleague.pk}").json()["groups"][0]["display"] == "Engineering"
+
+    assert idp.delete(path).status_code == 204
+    assert not model_provider_is_available_to(provider, colleague)
+    actions = set(AuditEntry.objects.values_list("action", flat=True))
+    assert {"group.added", "group.changed", "group.deleted"} <= actions
+
+
+def test_a_group_takes_only_its_organizations_users(idp, owner, stranger):
+    response = idp.post(
+        "/scim/v2/Groups",
+        {"schemas": [GROUP_SCHEMA], "displayName": "Mixed",
+         "members": [{"value": str(owner.pk)}, {"value": str(stranger.pk)}]},
+        format="json",
+    )  # fmt: skip
+    assert response.status_code == 400
+    assert response.json()["scimType"] == "invalidValue"
+    assert not OrganizationGroup.objects.exists()
+
+
+def test_only_a_live_token_with_the_scim_scope_opens_scim(org, owner, client_for):
+    without_scope = scim_client(org, scopes=("sessions",))
+    assert without_scope.get("/scim/v2/Users").status_code == 401
+    assert client_for(owner).get("/scim/v2/Users").status_code == 401
+    idp = scim_client(factories.make_org(name="Initech", slug="initech"))
+    response = idp.get("/scim/v2/Users")
+    assert response.status_code == 200
+    assert idp.get("/api/v1/sessions/").status_code == 403  # scim opens nothing else
+    service_accounts.service_account_disable(account=idp.account)
+    response = idp.get("/scim/v2/Users")
+    assert response.status_code == 401
+    assert response.json()["schemas"] == ["urn:ietf:params:scim:api:messages:2.0:Error"]
+    assert response["WWW-Authenticate"] == "Bearer"
+
+
+def test_a_connector_over_its_rate_limit_is_told_when_to_come_back(idp, settings):
+    settings.QUOR_API_RATE_LIMIT_PER_TOKEN = 2
+    assert [idp.get("/scim/v2/Users").status_code for _ in range(2)] == [200, 200]
+    response = idp.get("/scim/v2/Users")
+    assert response.status_code == 429
+    assert int(response["Retry-After"]) >= 1
+    assert response.json()["schemas"] == ["urn:ietf:params:scim:api:messages:2.0:Error"]
