@@ -11,13 +11,14 @@ Other attributes of the core User schema (name, emails, phone numbers...) are ac
 and not kept, as RFC 7644 §3.3 allows; an attribute of no schema is refused.
 """
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.contrib.auth.models import Group as DjangoGroup
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import validate_email
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from pydantic import ValidationError
 from scim2_models import (
     Context,
@@ -43,6 +44,10 @@ from quor.models import Membership, Organization, OrganizationGroup
 from quor.models import User as QuorUser
 
 USER_ATTRIBUTES = ("userName", "displayName", "active", "groups")
+CORE_USER = "urn:ietf:params:scim:schemas:core:2.0:User"
+CORE_GROUP = "urn:ietf:params:scim:schemas:core:2.0:Group"
+ENTERPRISE_USER = "urn:ietf:params:scim:schemas:extension:enterprise:2.0:User"
+NUMBER = re.compile(r"[0-9]{1,18}")
 GROUP_ATTRIBUTES = ("displayName", "members")
 MAX_RESULTS = 200
 SCIM_CONTENT_TYPE = "application/scim+json"
@@ -206,7 +211,10 @@ def _page(resources: list, request: SearchRequest) -> Page:
         for resource in resources:
             kind = type(resource)
             if kind not in bound:
-                bound[kind] = ScimFilter[kind](str(request.filter))
+                try:
+                    bound[kind] = ScimFilter[kind](str(request.filter))
+                except (SCIMException, ValidationError, ValueError) as exc:
+                    raise _invalid(exc) from None
         resources = [resource for resource in resources if bound[type(resource)].match(resource)]
     start = max(request.start_index or 1, 1) - 1
     count = MAX_RESULTS if request.count is None else max(request.count, 0)
@@ -247,7 +255,7 @@ def _members(organization: Organization):
 def _by_id(queryset, field: str, raw_id: str, what: str):
     """The row whose `field` is the id in the URL (ids are numbers; anything else is
     no row either)."""
-    found = queryset.filter(**{field: int(raw_id)}).first() if raw_id.isdigit() else None
+    found = queryset.filter(**{field: int(raw_id)}).first() if NUMBER.fullmatch(raw_id) else None
     if found is None:
         raise ScimError(404, f"No {what} {raw_id}.")
     return found
@@ -293,8 +301,10 @@ def user_get(organization: Organization, user_id: str, base_url: str) -> User:
 
 
 def _email(user_name) -> str:
-    email = (user_name or "").strip().lower()
+    email = (user_name or "").strip().lower() if isinstance(user_name, str) else ""
     try:
+        if len(email) > 254:  # User.email's column
+            raise DjangoValidationError("too long")
         validate_email(email)
     except DjangoValidationError:
         raise ScimError(
@@ -319,19 +329,23 @@ def _display_name(resource: User) -> str:
 
 @transaction.atomic
 def user_create(organization: Organization, payload, actor, base_url: str) -> User:
-    resource = _parse(User, payload, Context.RESOURCE_CREATION_REQUEST)
+    resource = _parse(User, _without_extension(payload), Context.RESOURCE_CREATION_REQUEST)
     email = _email(resource.user_name)
     if QuorUser.objects.filter(email=email).exists():
         raise ScimError(409, f"A user {email} exists.", "uniqueness")
     user = services.member_create(email=email, organization=organization)
     membership = user.membership
-    _write_user(membership, resource, actor, email=email)
+    _write_user(membership, resource, actor, email=email, active_when_absent=True)
     return user_get(organization, str(user.pk), base_url)
 
 
-def _write_user(membership: Membership, resource: User, actor, *, email: str) -> None:
+def _write_user(
+    membership: Membership, resource: User, actor, *, email: str, active_when_absent=None
+) -> None:
     """What a replacement says (a creation is a replacement of nothing): the fields
-    Quor keeps, then deactivation or reactivation through their services."""
+    Quor keeps, then deactivation or reactivation through their services. Without
+    `active`, a new user is active and an existing one stays as they are (a partial
+    PUT never lets a deactivated user back in)."""
     user = membership.user
     before = {
         "email": user.email,
@@ -358,7 +372,9 @@ def _write_user(membership: Membership, resource: User, actor, *, email: str) ->
             actor=actor,
             changes=changed,
         )
-    active = True if resource.active is None else resource.active
+    active = resource.active
+    if active is None:
+        active = user.is_active if active_when_absent is None else active_when_absent
     if active and not user.is_active:
         services.user_reactivate(user=user, actor=actor, via="scim")
     elif not active and user.is_active:
@@ -368,7 +384,7 @@ def _write_user(membership: Membership, resource: User, actor, *, email: str) ->
 @transaction.atomic
 def user_replace(organization: Organization, user_id: str, payload, actor, base_url: str) -> User:
     membership = _membership(organization, user_id)
-    resource = _parse(User, payload, Context.RESOURCE_REPLACEMENT_REQUEST)
+    resource = _parse(User, _without_extension(payload), Context.RESOURCE_REPLACEMENT_REQUEST)
     if resource.id is not None and resource.id != str(membership.user_id):
         raise ScimError(400, "id is immutable.", "mutability")
     _write_user(membership, resource, actor, email=_email(resource.user_name))
@@ -391,7 +407,71 @@ def user_delete(organization: Organization, user_id: str, actor) -> None:
     services.user_delete(user=membership.user, actor=actor, via="scim")
 
 
+def _without_extension(payload):
+    """Entra's and Okta's default mappings send the enterprise extension (department,
+    manager...): accepted and not kept, like the core attributes Quor does not keep."""
+    if not isinstance(payload, dict):
+        return payload
+    kept = {key: value for key, value in payload.items() if key != ENTERPRISE_USER}
+    if isinstance(kept.get("schemas"), list):
+        kept["schemas"] = [schema for schema in kept["schemas"] if schema != ENTERPRISE_USER]
+    return kept
+
+
+def _attribute_of(path: str, core: str) -> str | None:
+    """The attribute a PATCH path starts with (None: another schema's)."""
+    if path.startswith(core + ":"):
+        path = path[len(core) + 1 :]
+    elif path.startswith("urn:"):
+        return None
+    return re.split(r"[.\[]", path, maxsplit=1)[0]
+
+
+def _kept_operations(payload, kept: tuple[str, ...], core: str):
+    """Operations on what Quor does not keep are dropped (an IdP maps emails, phone
+    numbers, the enterprise extension... whatever the application), and a remove of
+    group members listed in its value (what Entra sends) becomes one remove per member,
+    as RFC 7644 §3.5.2.2 selects them with a filter."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("Operations"), list):
+        return payload
+    names = {name.lower() for name in kept}
+    operations = []
+    for operation in payload["Operations"]:
+        path = operation.get("path") if isinstance(operation, dict) else None
+        if not isinstance(path, str) or not path:
+            if isinstance(operation, dict) and isinstance(operation.get("value"), dict):
+                operation = {**operation, "value": _without_extension(operation["value"])}
+            operations.append(operation)
+            continue
+        attribute = _attribute_of(path, core)
+        if attribute is None or attribute.lower() not in names:
+            continue
+        value = operation.get("value")
+        if (
+            str(operation.get("op", "")).lower() == "remove"
+            and path == "members"
+            and isinstance(value, list)
+        ):
+            operations += [
+                {
+                    "op": "remove",
+                    "path": f"members[value eq {ScimFilter.quote(str(m.get('value')))}]",
+                }
+                for m in value
+                if isinstance(m, dict)
+            ]
+            continue
+        operations.append(operation)
+    return {**payload, "Operations": operations}
+
+
 def _apply_patch(model, resource, payload) -> None:
+    if model is User:
+        payload = _kept_operations(payload, (*USER_ATTRIBUTES, "externalId"), CORE_USER)
+    else:
+        payload = _kept_operations(payload, (*GROUP_ATTRIBUTES, "externalId"), CORE_GROUP)
+    if isinstance(payload, dict) and payload.get("Operations") == []:
+        return  # only attributes Quor does not keep
     patch = _parse(PatchOp[model], payload, Context.RESOURCE_PATCH_REQUEST)
     try:
         patch.patch(resource)
@@ -465,7 +545,7 @@ def _group_name(organization: Organization, resource: Group) -> str:
 
 def _member_users(organization: Organization, resource: Group) -> list:
     ids = [member.value for member in resource.members or []]
-    if not all(isinstance(value, str) and value.isdigit() for value in ids):
+    if not all(isinstance(value, str) and NUMBER.fullmatch(value) for value in ids):
         raise ScimError(400, "Group members are users of this organization, by id.", "invalidValue")
     users = list(
         QuorUser.objects.filter(
@@ -475,6 +555,18 @@ def _member_users(organization: Organization, resource: Group) -> list:
     if len(users) != len(set(ids)):
         raise ScimError(400, "Group members are users of this organization, by id.", "invalidValue")
     return users
+
+
+def _group_name_taken(name: str) -> ScimError:
+    return ScimError(409, f"A Django group {name!r} exists; choose another name.", "uniqueness")
+
+
+def _django_group_named(name: str) -> DjangoGroup:
+    try:
+        with transaction.atomic():
+            return DjangoGroup.objects.create(name=name[:150])
+    except IntegrityError:
+        raise _group_name_taken(name[:150]) from None
 
 
 def _unique_name(organization: Organization, name: str, organization_group=None) -> None:
@@ -491,7 +583,7 @@ def group_create(organization: Organization, payload, actor, base_url: str) -> G
     name = _group_name(organization, resource)
     _unique_name(organization, name)
     users = _member_users(organization, resource)
-    group = DjangoGroup.objects.create(name=f"{organization.slug}: {name}"[:150])
+    group = _django_group_named(f"{organization.slug}: {name}")
     organization_group = OrganizationGroup.objects.create(
         organization=organization,
         group=group,
@@ -527,7 +619,11 @@ def _write_group(organization_group: OrganizationGroup, resource: Group, actor) 
     organization_group.external_id = (resource.external_id or "")[:255]
     organization_group.save()
     organization_group.group.name = f"{organization.slug}: {name}"[:150]
-    organization_group.group.save(update_fields=["name"])
+    try:
+        with transaction.atomic():
+            organization_group.group.save(update_fields=["name"])
+    except IntegrityError:
+        raise _group_name_taken(organization_group.group.name) from None
     organization_group.group.user_set.set(users)
     after = {
         "display_name": name,

@@ -10,7 +10,8 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from quor.audit import audit_record
-from quor.lib.errors import Conflict, InvalidInput, NotFound
+from quor.lib.errors import AccessDenied, Conflict, InvalidInput, NotFound
+from quor.lib.permissions import Permission, has_permission
 from quor.models import Membership, Organization, ServiceAccount, ServiceAccountToken, User
 
 TOKEN_PREFIX = "quor_sat_"  # noqa: S105  (a visible prefix, not a secret)
@@ -37,8 +38,23 @@ def clean_scopes(scopes) -> list[str]:
     return sorted(set(scopes))
 
 
+def check_may_give_scopes(actor, scopes) -> None:
+    """The scim scope provisions and deprovisions everyone, owners included: only those
+    who manage owners and admins give it, or make its tokens (None: the operator or a
+    command)."""
+    if actor is None or actor.is_superuser or ServiceAccount.Scope.SCIM not in scopes:
+        return
+    if not has_permission(actor, Permission.ADMINS_MANAGE):
+        raise AccessDenied(
+            "Only an owner gives the scim scope or makes its tokens.",
+            code="access.owner_required",
+        )
+
+
 @transaction.atomic
-def service_account_create(*, organization: Organization, name: str, scopes) -> ServiceAccount:
+def service_account_create(
+    *, organization: Organization, name: str, scopes, actor=None
+) -> ServiceAccount:
     """The account and the member it acts as (no password: it signs in with tokens only)."""
     name = (name or "").strip()
     if not name or len(name) > 100 or not slugify(name):
@@ -47,6 +63,7 @@ def service_account_create(*, organization: Organization, name: str, scopes) -> 
             code="service_accounts.invalid_name",
         )
     scopes = clean_scopes(scopes)
+    check_may_give_scopes(actor, scopes)
     if ServiceAccount.objects.filter(organization=organization, name=name).exists():
         raise Conflict(f"A service account {name!r} exists.", code="service_accounts.exists")
     email = f"{slugify(name)}.{secrets.token_hex(4)}.{organization.slug}@{EMAIL_DOMAIN}"
@@ -77,8 +94,9 @@ def get_service_account(organization: Organization, account_id) -> ServiceAccoun
 
 
 @transaction.atomic
-def service_account_update(*, account: ServiceAccount, scopes) -> ServiceAccount:
+def service_account_update(*, account: ServiceAccount, scopes, actor=None) -> ServiceAccount:
     scopes = clean_scopes(scopes)
+    check_may_give_scopes(actor, set(scopes) ^ set(account.scopes))
     if scopes != account.scopes:
         audit_record(
             "service_account.changed", target=account, changes={"scopes": [account.scopes, scopes]}
@@ -103,9 +121,10 @@ def service_account_disable(*, account: ServiceAccount) -> ServiceAccount:
 
 @transaction.atomic
 def service_account_token_create(
-    *, account: ServiceAccount, lifetime_days: int = 90
+    *, account: ServiceAccount, lifetime_days: int = 90, actor=None
 ) -> tuple[ServiceAccountToken, str]:
     """A new token, shown once; the others keep working until they expire or are revoked."""
+    check_may_give_scopes(actor, account.scopes)
     if account.disabled_at is not None:
         raise Conflict("The service account is disabled.", code="service_accounts.disabled")
     if not isinstance(lifetime_days, int) or not 1 <= lifetime_days <= MAX_LIFETIME_DAYS:
@@ -158,6 +177,7 @@ def service_account_authenticate(raw_token: str) -> ServiceAccountToken | None:
             expires_at__gt=now,
             service_account__disabled_at__isnull=True,
             service_account__user__is_active=True,
+            service_account__organization__is_active=True,
         )
         .first()
     )

@@ -112,7 +112,7 @@ def user_deactivate(*, user: User, actor=None, via: str) -> User:
     approvals and queue the rest: running turns cancelled, open event streams closed,
     the sandbox put to sleep (its snapshot kept). Run again for an inactive user, it
     finishes what a crash left half done."""
-    locked = User.objects.select_for_update().get(pk=user.pk)
+    locked = User.objects.select_for_update(no_key=True).get(pk=user.pk)
     was_active = locked.is_active
     if was_active:
         locked.is_active = False

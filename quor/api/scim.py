@@ -2,6 +2,7 @@
 and answers in SCIM's media type and error shape. They are not in the OpenAPI schema:
 SCIM describes itself (/ServiceProviderConfig, /ResourceTypes, /Schemas)."""
 
+from django.db import IntegrityError
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions
 from rest_framework.parsers import JSONParser
@@ -11,6 +12,7 @@ from rest_framework.views import APIView
 
 from quor import scim
 from quor.lib.authentication import ServiceAccountTokenAuthentication
+from quor.lib.errors import QuorError
 from quor.lib.permissions import SCIM_CLIENT
 from quor.models import ServiceAccount
 
@@ -40,7 +42,7 @@ class ScimView(APIView):
     authentication_classes = [ScimTokenAuthentication]
     required_permission = SCIM_CLIENT
     parser_classes = [ScimParser, JSONParser]
-    renderer_classes = [ScimRenderer]
+    renderer_classes = [ScimRenderer, JSONRenderer]
 
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
@@ -51,6 +53,13 @@ class ScimView(APIView):
         """Every refusal in SCIM's error shape (RFC 7644 §3.12)."""
         if isinstance(exc, scim.ScimError):
             return Response(exc.payload(), status=exc.status)
+        if isinstance(exc, IntegrityError):  # a concurrent request took the name first
+            error = scim.ScimError(409, "A resource with this name exists.", "uniqueness")
+            return Response(error.payload(), status=409)
+        if isinstance(exc, QuorError):  # a service's refusal (e.g. members.exists)
+            scim_type = "uniqueness" if exc.status == 409 else None
+            error = scim.ScimError(exc.status, exc.message, scim_type)
+            return Response(error.payload(), status=exc.status)
         if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
             response = Response(scim.ScimError(401, str(exc.detail)).payload(), status=401)
             response["WWW-Authenticate"] = "Bearer"

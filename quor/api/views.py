@@ -172,7 +172,7 @@ class ServiceAccountListView(APIView):
         serializer = ServiceAccountCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         account = service_accounts.service_account_create(
-            organization=membership.organization, **serializer.validated_data
+            organization=membership.organization, actor=request.user, **serializer.validated_data
         )
         return Response(ServiceAccountSerializer(account).data, status=status.HTTP_201_CREATED)
 
@@ -201,7 +201,7 @@ class ServiceAccountView(APIView):
         serializer = ServiceAccountUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         account = service_accounts.service_account_update(
-            account=account, **serializer.validated_data
+            account=account, actor=request.user, **serializer.validated_data
         )
         return Response(ServiceAccountSerializer(account).data)
 
@@ -240,7 +240,7 @@ class ServiceAccountTokenListView(APIView):
         serializer = ServiceAccountTokenCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         token, raw_token = service_accounts.service_account_token_create(
-            account=account, **serializer.validated_data
+            account=account, actor=request.user, **serializer.validated_data
         )
         token.token = raw_token
         return Response(

@@ -286,9 +286,8 @@ def sandbox_ensure(*, user) -> Sandbox:
 def sandbox_ensure_running(sandbox: Sandbox, *, for_session: Session | None = None) -> Sandbox:
     """Running, on the current image; `for_session` is the session asking (its own
     running agent does not hold back an upgrade). Never for a deactivated owner, whoever
-    asks (a colleague opening a shared web app, a scheduled run)."""
-    if not User.objects.filter(pk=sandbox.user_id, is_active=True).exists():
-        raise SandboxUnavailable("The sandbox's owner is deactivated.")
+    asks (a colleague opening a shared web app, a scheduled run): checked under the
+    sandbox's lock, which the deactivation's sleep takes too."""
     try:
         return _ensure_running(sandbox, for_session)
     except BackendUnavailable as exc:  # the Docker daemon (or the cluster) is down
@@ -298,6 +297,8 @@ def sandbox_ensure_running(sandbox: Sandbox, *, for_session: Session | None = No
 def _ensure_running(sandbox: Sandbox, for_session: Session | None) -> Sandbox:
     with sandbox_lock(sandbox.pk):
         sandbox.refresh_from_db()
+        if not User.objects.filter(pk=sandbox.user_id, is_active=True).exists():
+            raise SandboxUnavailable("The sandbox's owner is deactivated.")
         backend = get_backend(sandbox.backend)
         if sandbox.state == Sandbox.State.UNRESTORABLE:
             raise WorkspaceUnrestorable(_unrestorable_message(sandbox))

@@ -40,6 +40,9 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
+        # Before the checks: a deactivation that lands while they run still closes it.
+        self.viewer_group = viewer_group(user.pk)
+        await self.channel_layer.group_add(self.viewer_group, self.channel_name)
         try:
             await _require_permission(user, self.required_permission)
         except QuorError:
@@ -58,8 +61,6 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         self.sending = asyncio.Lock()
         self.last_heard = time.monotonic()
         self.group = session_group(self.session.pk)
-        self.viewer_group = viewer_group(user.pk)
-        await self.channel_layer.group_add(self.viewer_group, self.channel_name)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         await self.send_from_database()
@@ -82,6 +83,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             self.catch_up.cancel()
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        if hasattr(self, "viewer_group"):
             await self.channel_layer.group_discard(self.viewer_group, self.channel_name)
 
     async def catch_up_regularly(self):

@@ -26,6 +26,14 @@ def fail_lost_turns() -> None:
     sessions_fail_lost_turns()
 
 
-@shared_task(name="sandboxes.tasks.end_deactivated_users_work", acks_late=True)
+@shared_task(
+    name="sandboxes.tasks.end_deactivated_users_work",
+    acks_late=True,
+    autoretry_for=(Exception,),
+    retry_backoff=5,
+    max_retries=8,
+)
 def end_deactivated_users_work(user_id: str) -> None:
+    """Retried (a failed snapshot, a backend that is down): a deactivated user's sandbox
+    must not stay running; each attempt starts over from what PostgreSQL says."""
     sessions_end_for_deactivated_user(user_id=user_id)

@@ -239,3 +239,101 @@ def test_a_connector_over_its_rate_limit_is_told_when_to_come_back(idp, settings
     assert response.status_code == 429
     assert int(response["Retry-After"]) >= 1
     assert response.json()["schemas"] == ["urn:ietf:params:scim:api:messages:2.0:Error"]
+
+
+def test_what_entra_sends_is_understood(idp, owner, colleague):
+    """Entra's default mappings: the enterprise extension, capitalised operations,
+    booleans as strings, emails Quor does not keep, members removed by value."""
+    response = create_user(
+        idp,
+        "dee@acme.test",
+        schemas=[USER_SCHEMA, "urn:ietf:params:scim:schemas:extension:enterprise:2.0:User"],
+        emails=[{"primary": True, "type": "work", "value": "dee@acme.io"}],
+        **{"urn:ietf:params:scim:schemas:extension:enterprise:2.0:User": {"department": "R&D"}},
+    )
+    assert response.status_code == 201, response.json()
+    dee = response.json()["id"]
+    response = patch(
+        idp, f"/scim/v2/Users/{dee}",
+        {"op": "Replace", "path": 'emails[type eq "work"].value', "value": "dee@acme.io"},
+        {"op": "Add", "path": "urn:ietf:params:scim:schemas:extension:enterprise:2.0:User:department", "value": "Ops"},
+        {"op": "Replace", "path": "active", "value": "False"},
+    )  # fmt: skip
+    assert response.status_code == 200, response.json()
+    assert response.json()["active"] is False
+    assert not User.objects.get(pk=dee).is_active
+
+    group = idp.post(
+        "/scim/v2/Groups",
+        {"schemas": [GROUP_SCHEMA], "displayName": "Ops",
+         "members": [{"value": str(owner.pk)}, {"value": str(colleague.pk)}]},
+        format="json",
+    ).json()  # fmt: skip
+    response = patch(
+        idp,
+        f"/scim/v2/Groups/{group['id']}",
+        {"op": "Remove", "path": "members", "value": [{"$ref": None, "value": str(owner.pk)}]},
+    )
+    assert response.status_code == 200, response.json()
+    assert [m["value"] for m in response.json()["members"]] == [str(colleague.pk)]
+
+
+def test_a_put_without_active_lets_no_deactivated_user_back_in(idp, owner):
+    patch(idp, f"/scim/v2/Users/{owner.pk}", {"op": "replace", "path": "active", "value": False})
+    response = idp.put(
+        f"/scim/v2/Users/{owner.pk}",
+        {"schemas": [USER_SCHEMA], "userName": owner.email, "displayName": "Owner"},
+        format="json",
+    )
+    assert response.status_code == 200, response.json()
+    assert response.json()["active"] is False
+    owner.refresh_from_db()
+    assert not owner.is_active
+
+
+@pytest.mark.parametrize("user_id", ["²", "1" * 40, "-1", "x"])
+def test_an_id_that_is_not_a_number_is_no_user(idp, user_id):
+    response = idp.get(f"/scim/v2/Users/{user_id}")
+    assert response.status_code == 404
+    assert response.json()["status"] == "404"
+
+
+def test_a_root_search_with_a_value_of_the_wrong_type_is_an_invalid_filter(idp, owner):
+    response = idp.post("/scim/v2/.search", {"filter": 'active eq "x"'}, format="json")
+    assert response.status_code == 400
+    assert response.json()["scimType"] == "invalidFilter"
+
+
+def test_a_plain_json_client_gets_json(idp, owner):
+    response = idp.get("/scim/v2/Users", HTTP_ACCEPT="application/json")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+
+
+def test_only_an_owner_gives_the_scim_scope(org, org_admin, client_for):
+    admin, owner = (
+        client_for(org_admin),
+        client_for(factories.make_user(org, role=Membership.Role.OWNER)),
+    )
+    body = {"name": "Okta", "scopes": ["scim"]}
+    response = admin.post("/api/v1/service-accounts/", body, format="json")
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "access.owner_required"
+    response = owner.post("/api/v1/service-accounts/", body, format="json")
+    assert response.status_code == 201
+    account_id = response.json()["id"]
+    tokens = f"/api/v1/service-accounts/{account_id}/tokens/"
+    assert admin.post(tokens, {}, format="json").status_code == 403
+    assert owner.post(tokens, {}, format="json").status_code == 201
+
+
+def test_a_disabled_organizations_connector_is_refused(idp, org, owner):
+    org.is_active = False
+    org.save()
+    assert idp.get("/scim/v2/Users").status_code == 401
+    assert (
+        patch(
+            idp, f"/scim/v2/Users/{owner.pk}", {"op": "replace", "path": "active", "value": False}
+        ).status_code
+        == 401
+    )
