@@ -7,7 +7,16 @@ from django.utils import timezone
 from quor import services
 from quor.lib.errors import QuorError
 from quor.lib.permissions import Permission, check_role_change, role_has
-from quor.models import ApiToken, AuditEntry, Membership, ModelProvider, Organization, User
+from quor.models import (
+    ApiToken,
+    AuditEntry,
+    Membership,
+    ModelProvider,
+    Organization,
+    SingleSignOn,
+    User,
+)
+from quor.sso import issuer_is_allowed
 
 
 class ReadOnlyAdmin:
@@ -65,6 +74,21 @@ class OrganizationAdminAccess:
 
     def has_module_permission(self, request):
         return self._allowed(request, "view")
+
+    def _limit_to_own_organization(self, request, form):
+        """An organization's editor picks only their own organization in the form; their
+        membership, or None for a superuser or a read-only view."""
+        membership = self._membership_with(request, Permission.ORGANIZATION_VIEW)
+        if (
+            request.user.is_superuser
+            or membership is None
+            or "organization" not in form.base_fields  # absent from a read-only view
+        ):
+            return None
+        organization_field = form.base_fields["organization"]
+        organization_field.queryset = Organization.objects.filter(pk=membership.organization_id)
+        organization_field.initial = membership.organization_id
+        return membership
 
     def get_list_filter(self, request):
         """An organization admin must not even see the names of other organizations."""
@@ -320,15 +344,8 @@ class ModelProviderAdmin(OrganizationAdminAccess, admin.ModelAdmin):
 
     def get_form(self, request, obj=None, **kwargs):
         form = super().get_form(request, obj, **kwargs)
-        membership = self._membership_with(request, Permission.ORGANIZATION_VIEW)
-        if (
-            not request.user.is_superuser
-            and membership is not None
-            and "organization" in form.base_fields  # absent from a read-only view
-        ):
-            organization_field = form.base_fields["organization"]
-            organization_field.queryset = Organization.objects.filter(pk=membership.organization_id)
-            organization_field.initial = membership.organization_id
+        membership = self._limit_to_own_organization(request, form)
+        if membership is not None:
             form.base_fields["allowed_users"].queryset = User.objects.filter(
                 membership__organization=membership.organization
             )
@@ -375,3 +392,90 @@ class AuditEntryAdmin(ReadOnlyAdmin, OrganizationAdminAccess, admin.ModelAdmin):
         "created_at", "organization", "actor_label", "action", "target_type", "target_id",
         "target_label", "changes", "request_id",
     ]  # fmt: skip
+
+
+class SingleSignOnForm(forms.ModelForm):
+    """The client secret is write-only, like a model provider's key."""
+
+    client_secret = forms.CharField(
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Write-only. Leave empty to keep the stored secret.",
+    )
+    issuer = forms.URLField(
+        assume_scheme="https", help_text=SingleSignOn._meta.get_field("issuer").help_text
+    )
+
+    class Meta:
+        model = SingleSignOn
+        fields = [
+            "organization",
+            "enabled",
+            "issuer",
+            "client_id",
+            "client_secret",
+            "scopes",
+            "email_claim",
+            "name_claim",
+            "groups_claim",
+            "role_claim",
+            "creates_users",
+            "password_login",
+        ]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.initial["client_secret"] = ""
+        if self.instance.pk and self.instance.has_client_secret:
+            self.fields["client_secret"].help_text = (
+                "A secret is stored. " + self.fields["client_secret"].help_text
+            )
+
+    def clean_issuer(self):
+        issuer = self.cleaned_data["issuer"]
+        if not issuer_is_allowed(issuer):
+            raise forms.ValidationError("The issuer must be an https:// address.")
+        return issuer
+
+    def clean_client_secret(self):
+        new_secret = self.cleaned_data.get("client_secret")
+        if not new_secret and self.instance.pk:
+            return SingleSignOn.objects.get(pk=self.instance.pk).client_secret
+        return new_secret
+
+    def clean_scopes(self):
+        scopes = self.cleaned_data["scopes"].split()
+        if "openid" not in scopes:
+            raise forms.ValidationError("The scopes must include openid.")
+        return " ".join(dict.fromkeys(scopes))
+
+    def clean(self):
+        cleaned = super().clean()
+        if not cleaned.get("password_login") and not cleaned.get("enabled"):
+            raise forms.ValidationError(
+                "Password login can be turned off only while single sign-on is enabled."
+            )
+        return cleaned
+
+
+@admin.register(SingleSignOn)
+class SingleSignOnAdmin(OrganizationAdminAccess, admin.ModelAdmin):
+    """Owners only change it: the role claim gives the admin role, so configuring single
+    sign-on is giving roles (Permission.ADMINS_MANAGE)."""
+
+    form = SingleSignOnForm
+    admin_permissions = {
+        "view": Permission.ORGANIZATION_VIEW,
+        "add": Permission.ADMINS_MANAGE,
+        "change": Permission.ADMINS_MANAGE,
+        "delete": Permission.ADMINS_MANAGE,
+    }
+    list_display = ["organization", "enabled", "issuer", "creates_users", "password_login"]
+    list_filter = ["enabled", "organization"]
+    list_select_related = ["organization"]
+
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        self._limit_to_own_organization(request, form)
+        return form

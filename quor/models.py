@@ -98,6 +98,59 @@ class Membership(models.Model):
         return f"{self.user} in {self.organization} ({self.role})"
 
 
+class SingleSignOn(models.Model):
+    """An organization's OpenID Connect identity provider (quor/sso.py): who may sign in
+    through it, and which of its claims say the member's email, name, role and groups."""
+
+    organization = models.OneToOneField(
+        Organization, on_delete=models.CASCADE, related_name="single_sign_on"
+    )
+    enabled = models.BooleanField(default=True)
+    issuer = models.URLField(
+        help_text="The provider's issuer, e.g. https://login.example.com/tenant/v2.0. "
+        "Its discovery document is read from <issuer>/.well-known/openid-configuration."
+    )
+    client_id = models.CharField(max_length=255)
+    client_secret = EncryptedTextField(blank=True)
+    scopes = models.CharField(max_length=255, default="openid email profile")
+    email_claim = models.CharField(max_length=100, default="email")
+    name_claim = models.CharField(max_length=100, default="name", blank=True)
+    groups_claim = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="A claim listing group names: the member is put in exactly those of "
+        "the organization's groups (new names become groups). Empty: groups are left alone.",
+    )
+    role_claim = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="A claim whose value is admin, member or auditor. Empty: roles are left "
+        "alone. The owner role is never given or taken by sign-in.",
+    )
+    creates_users = models.BooleanField(
+        default=False,
+        help_text="Create a member at their first sign-in. Otherwise only existing "
+        "members may sign in.",
+    )
+    password_login = models.BooleanField(
+        default=True,
+        help_text="Members may also log in with a password. Owners always may, so that "
+        "a broken identity provider never locks the organization out.",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "single sign-on"
+        verbose_name_plural = "single sign-on"
+
+    def __str__(self):
+        return f"Single sign-on of {self.organization}"
+
+    @property
+    def has_client_secret(self) -> bool:
+        return bool(self.client_secret)
+
+
 class ModelProvider(models.Model):
     """An organization's account with a model provider, and which members may use it."""
 

@@ -1,12 +1,23 @@
+from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import logout
 from django.http import Http404, JsonResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect, render, resolve_url
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from quor import health, services
 from quor.lib.errors import NotFound, QuorError, error_response
 from quor.lib.permissions import Permission, page_requires, public_page
+from quor.sso import (
+    SignInRefused,
+    sign_in_complete,
+    sign_in_start,
+    sign_out_url,
+    single_sign_on_for,
+)
 
 
 @public_page
@@ -79,3 +90,75 @@ def api_token_revoke(request, token_id):
             request, f"Revoked “{token.name}”. Programs using it can no longer sign in."
         )
     return redirect("api-tokens")
+
+
+@public_page
+@never_cache
+@require_http_methods(["GET", "HEAD"])
+def sso_start(request):
+    """Sends the browser to the organization's identity provider (the login page's
+    single sign-on form, or a link an administrator hands out)."""
+    next_path = _safe_next(request)
+    if not request.GET.get("organization", "").strip():
+        return render(request, "registration/sso_start.html", {"next": next_path})
+    try:
+        sso = single_sign_on_for(request.GET["organization"])
+        provider_url = sign_in_start(request, sso, next_path)
+    except SignInRefused as exc:
+        return _sso_error(request, exc)
+    return _to_identity_provider(
+        request, provider_url, f"Taking you to {sso.organization.name}'s identity provider."
+    )
+
+
+@public_page
+@never_cache
+@require_http_methods(["GET"])
+def sso_callback(request):
+    try:
+        _user, next_path = sign_in_complete(request)
+    except SignInRefused as exc:
+        return _sso_error(request, exc)
+    return redirect(next_path)
+
+
+def _safe_next(request) -> str:
+    next_path = request.GET.get("next", "")
+    if next_path and url_has_allowed_host_and_scheme(
+        next_path, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return next_path
+    return resolve_url(settings.LOGIN_REDIRECT_URL)
+
+
+def _sso_error(request, refusal: SignInRefused):
+    return render(
+        request,
+        "registration/sso_error.html",
+        {"message": refusal.message, "reason": refusal.reason},
+        status=refusal.status,
+    )
+
+
+@public_page
+@require_POST
+def log_out(request):
+    """Logs out of Quor and, after an SSO sign-in, of the identity provider too."""
+    login_page = request.build_absolute_uri(reverse("login"))
+    provider_logout = sign_out_url(request, login_page)
+    logout(request)
+    if provider_logout is None:
+        return redirect(login_page)
+    return _to_identity_provider(
+        request, provider_logout, "Signing you out of your identity provider too."
+    )
+
+
+def _to_identity_provider(request, provider_url: str, message: str):
+    """A page that moves on by itself rather than a redirect: Quor's
+    Content-Security-Policy (form-action 'self') stops a form's redirect to another site."""
+    return render(
+        request,
+        "registration/to_identity_provider.html",
+        {"provider_url": provider_url, "message": message},
+    )

@@ -5,7 +5,7 @@ from quor import services
 from quor.models import Membership
 from tests import factories
 
-pytest_plugins = ["tests.hang_watchdog"]
+pytest_plugins = ["tests.hang_watchdog", "tests.oidc_provider"]
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@ address, over a sliding window, in Redis (every web process sees the same counts
 `QUOR_LOGIN_MAX_FAILURES_PER_ACCOUNT` failures lock the account, and
 `..._PER_ADDRESS` failures the address, for `QUOR_LOGIN_LOCKOUT_SECONDS`: every attempt
 is then refused before the password is looked at, so a refusal says nothing about it.
-A successful login clears the account's failures.
+A successful login clears the account's failures. A right password of a member whose
+organization signs in with single sign-on only is refused too (quor/sso.py).
 
 The check sits in an authentication backend, so it holds for every password form (the
 login page and the admin's). If Redis cannot be reached, logins are neither counted
@@ -25,6 +26,7 @@ from django.core.exceptions import PermissionDenied
 from quor.audit import audit_record, organization_of
 from quor.lib.throttling import redis_client
 from quor.models import User
+from quor.sso import password_login_refused
 
 logger = logging.getLogger(__name__)
 
@@ -173,4 +175,8 @@ class LoginAttemptsBackend(ModelBackend):
             login_failed(email, address)
             raise PermissionDenied
         login_succeeded(email)
+        if password_login_refused(user):
+            if request is not None:
+                request.password_login_refused = True  # the login form says why
+            raise PermissionDenied
         return user

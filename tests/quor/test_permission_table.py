@@ -38,7 +38,7 @@ from quor.lib.permissions import (
     declared_permission,
     role_has,
 )
-from quor.models import AuditEntry, Membership, User
+from quor.models import AuditEntry, Membership, SingleSignOn, User
 from quor.service_accounts import service_account_create, service_account_token_create
 from sandboxes.library.files import library_file_put
 from sandboxes.models import Sandbox, ScheduledTask, Session, Skill
@@ -215,7 +215,11 @@ def build_world():
     table |= {name: (values, None) for name, values in operator.items()}
     skill = Skill.objects.create(organization=acme, name="report", description="Reports")
     entry = audit_record("app.added", target=app, organization=acme)
+    sso = SingleSignOn.objects.create(
+        organization=acme, issuer="https://login.acme.test", client_id="quor"
+    )
     admin_objects = {
+        SingleSignOn: sso.pk,
         AuditEntry: entry.pk,
         Skill: skill.pk,
         Membership: member.membership.pk,

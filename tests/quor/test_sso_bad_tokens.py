@@ -1,0 +1,302 @@
+"""What a sign-in does with an ID token it must not trust: forged, expired, replayed, for
+another client or from another issuer. A certified provider never sends those, so here
+the provider is a loopback HTTP server that speaks OpenID Connect's wire format
+(discovery, JWKS, token endpoint) and answers with whatever token a test builds."""
+
+import base64
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from joserfc import jwt
+from joserfc.jwk import OctKey, RSAKey
+
+from quor.models import AuditEntry, Membership, SingleSignOn, User
+from tests import factories
+from tests.oidc_provider import quor_link_to_provider
+
+CLIENT_ID = "quor-test-client"
+CLIENT_SECRET = "a-client-secret-of-forty-characters-0000"
+
+
+class RogueProvider:
+    """Discovery, JWKS and a token endpoint on loopback; `id_token` builds the token the
+    next token request gets, from the nonce Quor sent to the authorization endpoint."""
+
+    def __init__(self):
+        self.key = RSAKey.generate_key(2048, parameters={"kid": "key-1"})
+        self.token_error = None
+        self.id_token = None
+        self.token_requests = 0
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _json(self, body, status=200):
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                if self.path == "/.well-known/openid-configuration":
+                    self._json(provider.metadata())
+                elif self.path == "/jwks":
+                    self._json({"keys": [provider.key.as_dict(private=False)]})
+                else:
+                    self._json({"error": "not_found"}, 404)
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                provider.token_requests += 1
+                if provider.token_error:
+                    self._json({"error": provider.token_error}, 400)
+                    return
+                self._json(
+                    {
+                        "access_token": "an-access-token",
+                        "token_type": "Bearer",
+                        "expires_in": 600,
+                        "id_token": provider.id_token,
+                    }
+                )
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.issuer = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.advertised_issuer = self.issuer
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def metadata(self) -> dict:
+        return {
+            "issuer": self.advertised_issuer,
+            "authorization_endpoint": f"{self.issuer}/authorize",
+            "token_endpoint": f"{self.issuer}/token",
+            "jwks_uri": f"{self.issuer}/jwks",
+            "response_types_supported": ["code"],
+            "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": ["RS256", "HS256", "none"],
+        }
+
+    def claims(self, sent_nonce: str, **overrides) -> dict:
+        now = int(time.time())
+        claims = {
+            "iss": self.issuer,
+            "sub": "subject-1",
+            "aud": CLIENT_ID,
+            "iat": now,
+            "exp": now + 300,
+            "nonce": sent_nonce,
+            "email": "new.member@acme.test",
+            "name": "New Member",
+        }
+        claims.update(overrides)
+        return {name: value for name, value in claims.items() if value is not None}
+
+    def signed(self, claims: dict, key=None) -> str:
+        key = key or self.key
+        return jwt.encode({"alg": "RS256", "kid": key.kid}, claims, key)
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def rogue_provider():
+    provider = RogueProvider()
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture
+def sso(org, rogue_provider):
+    return SingleSignOn.objects.create(
+        organization=org,
+        issuer=rogue_provider.issuer,
+        client_id=CLIENT_ID,
+        client_secret=CLIENT_SECRET,
+        creates_users=True,
+    )
+
+
+def start_sign_in(client) -> tuple[str, str]:
+    """Starts a sign-in as a browser would; the (state, nonce) Quor sent."""
+    response = client.get("/accounts/sso/", {"organization": "acme"})
+    query = parse_qs(urlsplit(quor_link_to_provider(response)).query)
+    assert query["code_challenge_method"] == ["S256"]
+    return query["state"][0], query["nonce"][0]
+
+
+def finish_sign_in(client, state: str):
+    return client.get("/accounts/sso/callback/", {"code": "a-code", "state": state})
+
+
+def assert_refused(response, reason: str, status: int = 400):
+    assert response.status_code == status, response.content
+    assert f'data-reason="{reason}"' in response.content.decode()
+    assert "_auth_user_id" not in response.wsgi_request.session
+    assert not User.objects.filter(email="new.member@acme.test").exists()
+    assert AuditEntry.objects.filter(action="sso.refused", changes__reason=reason).exists()
+
+
+def test_a_well_formed_id_token_signs_the_member_in(client, sso, rogue_provider):
+    """The baseline the refusals below differ from by one thing each."""
+    state, nonce = start_sign_in(client)
+    rogue_provider.id_token = rogue_provider.signed(rogue_provider.claims(nonce))
+
+    response = finish_sign_in(client, state)
+
+    assert response.status_code == 302
+    user = User.objects.get(email="new.member@acme.test")
+    assert client.session["_auth_user_id"] == str(user.pk)
+    assert user.membership.role == Membership.Role.MEMBER
+    assert not user.has_usable_password()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "case"),
+    [
+        ({"iss": "https://evil.example"}, "another issuer"),
+        ({"aud": "another-client"}, "another audience"),
+        ({"exp": int(time.time()) - 600}, "expired"),
+        ({"nonce": "not-the-nonce-quor-sent"}, "a nonce of another sign-in"),
+        ({"nonce": None}, "no nonce"),
+    ],
+)
+def test_an_id_token_with_a_wrong_claim_is_refused(client, sso, rogue_provider, overrides, case):
+    state, nonce = start_sign_in(client)
+    rogue_provider.id_token = rogue_provider.signed(rogue_provider.claims(nonce, **overrides))
+
+    assert_refused(finish_sign_in(client, state), "id_token_invalid")
+
+
+def test_an_id_token_signed_by_another_key_with_the_same_key_id_is_refused(
+    client, sso, rogue_provider
+):
+    state, nonce = start_sign_in(client)
+    forger = RSAKey.generate_key(2048, parameters={"kid": rogue_provider.key.kid})
+    rogue_provider.id_token = rogue_provider.signed(rogue_provider.claims(nonce), key=forger)
+
+    assert_refused(finish_sign_in(client, state), "id_token_invalid")
+
+
+def _unsigned(claims: dict) -> str:
+    def encode(part):
+        return base64.urlsafe_b64encode(json.dumps(part).encode()).rstrip(b"=").decode()
+
+    return f"{encode({'alg': 'none'})}.{encode(claims)}."
+
+
+def test_an_unsigned_id_token_is_refused(client, sso, rogue_provider):
+    state, nonce = start_sign_in(client)
+    rogue_provider.id_token = _unsigned(rogue_provider.claims(nonce))
+
+    assert_refused(finish_sign_in(client, state), "id_token_invalid")
+
+
+def test_an_id_token_signed_with_the_client_secret_is_refused(client, sso, rogue_provider):
+    """HS256 with the client secret: anyone who learned the secret could mint one."""
+    state, nonce = start_sign_in(client)
+    secret = OctKey.import_key(CLIENT_SECRET)
+    rogue_provider.id_token = jwt.encode({"alg": "HS256"}, rogue_provider.claims(nonce), secret)
+
+    assert_refused(finish_sign_in(client, state), "id_token_invalid")
+
+
+def test_a_replayed_callback_is_refused(client, sso, rogue_provider):
+    state, nonce = start_sign_in(client)
+    rogue_provider.id_token = rogue_provider.signed(rogue_provider.claims(nonce))
+    first = finish_sign_in(client, state)
+    assert first.status_code == 302
+    client.logout()
+
+    replayed = finish_sign_in(client, state)
+
+    assert replayed.status_code == 400
+    assert 'data-reason="unknown_state"' in replayed.content.decode()
+    assert "_auth_user_id" not in client.session
+    assert rogue_provider.token_requests == 1
+
+
+def test_a_callback_begun_in_another_browser_is_refused(client, sso, rogue_provider):
+    """Login CSRF: an attacker's own authorization response, opened in the victim's
+    browser, finds no sign-in under way there."""
+    from django.test import Client
+
+    attacker = Client()
+    state, nonce = start_sign_in(attacker)
+    rogue_provider.id_token = rogue_provider.signed(rogue_provider.claims(nonce))
+
+    assert_refused(finish_sign_in(client, state), "unknown_state")
+    assert rogue_provider.token_requests == 0
+
+
+def test_a_refused_code_exchange_shows_a_clear_page(client, sso, rogue_provider):
+    state, _ = start_sign_in(client)
+    rogue_provider.token_error = "invalid_grant"
+
+    response = finish_sign_in(client, state)
+
+    assert_refused(response, "token_refused")
+    assert "refused to complete the sign-in" in response.content.decode()
+
+
+def test_the_provider_saying_no_shows_a_clear_page(client, sso, rogue_provider):
+    state, _ = start_sign_in(client)
+
+    response = client.get(
+        "/accounts/sso/callback/",
+        {"state": state, "error": "access_denied", "error_description": "User cancelled"},
+    )
+
+    assert_refused(response, "provider_error", status=403)
+    assert "User cancelled" in response.content.decode()
+    assert rogue_provider.token_requests == 0
+
+
+def test_a_discovery_document_naming_another_issuer_is_refused(client, sso, rogue_provider):
+    rogue_provider.advertised_issuer = "https://login.example"
+
+    response = client.get("/accounts/sso/", {"organization": "acme"})
+
+    assert response.status_code == 502
+    assert 'data-reason="issuer_mismatch"' in response.content.decode()
+
+
+def test_a_rotated_key_is_fetched_when_a_token_names_it(client, sso, rogue_provider):
+    state, nonce = start_sign_in(client)
+    rogue_provider.id_token = rogue_provider.signed(rogue_provider.claims(nonce))
+    assert finish_sign_in(client, state).status_code == 302
+    client.logout()
+    rogue_provider.key = RSAKey.generate_key(2048, parameters={"kid": "key-2"})
+
+    state, nonce = start_sign_in(client)
+    rogue_provider.id_token = rogue_provider.signed(rogue_provider.claims(nonce))
+
+    assert finish_sign_in(client, state).status_code == 302
+    assert "_auth_user_id" in client.session
+
+
+def test_an_unverified_email_is_refused(client, sso, rogue_provider):
+    state, nonce = start_sign_in(client)
+    rogue_provider.id_token = rogue_provider.signed(
+        rogue_provider.claims(nonce, email_verified=False)
+    )
+
+    assert_refused(finish_sign_in(client, state), "email_not_verified", status=403)
+
+
+def test_an_unknown_organization_gets_a_clear_page(client, db):
+    factories.make_org(name="Initech", slug="initech")
+
+    response = client.get("/accounts/sso/", {"organization": "initech"})
+
+    assert response.status_code == 404
+    assert "no single sign-on" in response.content.decode()
