@@ -75,6 +75,15 @@ class OrganizationAdminAccess:
     def has_module_permission(self, request):
         return self._allowed(request, "view")
 
+    secret_fields = ()
+    """Fields a read-only view must not show (Django shows every field there)."""
+
+    def get_fields(self, request, obj=None):
+        fields = super().get_fields(request, obj)
+        if self.has_change_permission(request, obj):
+            return fields
+        return [field for field in fields if field not in self.secret_fields]
+
     def _limit_to_own_organization(self, request, form):
         """An organization's editor picks only their own organization in the form; their
         membership, or None for a superuser or a read-only view."""
@@ -320,6 +329,7 @@ class ModelProviderForm(forms.ModelForm):
 @admin.register(ModelProvider)
 class ModelProviderAdmin(OrganizationAdminAccess, admin.ModelAdmin):
     form = ModelProviderForm
+    secret_fields = ("api_key",)
     list_display = [
         "display_name",
         "kind",
@@ -417,6 +427,7 @@ class SingleSignOnForm(forms.ModelForm):
             "client_secret",
             "scopes",
             "email_claim",
+            "require_verified_email",
             "name_claim",
             "groups_claim",
             "role_claim",
@@ -465,6 +476,7 @@ class SingleSignOnAdmin(OrganizationAdminAccess, admin.ModelAdmin):
     sign-on is giving roles (Permission.ADMINS_MANAGE)."""
 
     form = SingleSignOnForm
+    secret_fields = ("client_secret",)
     admin_permissions = {
         "view": Permission.ORGANIZATION_VIEW,
         "add": Permission.ADMINS_MANAGE,

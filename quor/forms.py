@@ -19,11 +19,6 @@ class EmailAuthenticationForm(AuthenticationForm):
         try:
             return super().clean()
         except ValidationError:
-            if getattr(self.request, "password_login_refused", False):
-                raise ValidationError(
-                    "Your organization signs in with single sign-on: use “Continue with "
-                    "single sign-on” below."
-                ) from None
             locked_for = login_locked_for(
                 self.cleaned_data.get("username", ""), client_address(self.request)
             )

@@ -89,6 +89,13 @@ class Membership(models.Model):
     external_id = models.CharField(
         max_length=255, blank=True, help_text="The identity provider's id for the member (SCIM)."
     )
+    sso_subject = models.CharField(
+        max_length=255,
+        blank=True,
+        db_index=True,
+        help_text="The issuer and `sub` of the member's single sign-on: only that account "
+        "of the provider is them.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -114,6 +121,12 @@ class SingleSignOn(models.Model):
     client_secret = EncryptedTextField(blank=True)
     scopes = models.CharField(max_length=255, default="openid email profile")
     email_claim = models.CharField(max_length=100, default="email")
+    require_verified_email = models.BooleanField(
+        default=True,
+        help_text="Refuse a sign-in unless the email_verified claim is true. Turn off only "
+        "for a provider that never sends it (Entra ID) and whose email claim its users "
+        "cannot change.",
+    )
     name_claim = models.CharField(max_length=100, default="name", blank=True)
     groups_claim = models.CharField(
         max_length=100,

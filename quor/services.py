@@ -173,13 +173,15 @@ def user_delete(*, user: User, actor=None, via: str) -> None:
     send_on_commit("sandboxes.tasks.reconcile_sandboxes")
 
 
-def login_sessions_end(user: User) -> int:
-    """Deletes the user's browser login sessions. Django keeps no index of sessions by
-    user, so every unexpired one is decoded; a deactivation is rare."""
+def login_sessions_end(user: User, where=None) -> int:
+    """Deletes the user's browser login sessions (those whose data `where` accepts, if
+    given). Django keeps no index of sessions by user, so every unexpired one is
+    decoded; a deactivation or a back-channel logout is rare."""
     mine = [
         session.pk
         for session in LoginSession.objects.filter(expire_date__gt=timezone.now()).iterator()
-        if session.get_decoded().get("_auth_user_id") == str(user.pk)
+        if (data := session.get_decoded()).get("_auth_user_id") == str(user.pk)
+        and (where is None or where(data))
     ]
     deleted, _ = LoginSession.objects.filter(pk__in=mine).delete()
     return deleted

@@ -73,6 +73,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "quor.lib.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "quor.lib.middleware.ApiNotFoundMiddleware",
     "quor.lib.middleware.RequestSizeLimitMiddleware",
     "quor.lib.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -130,6 +131,8 @@ WHITENOISE_USE_FINDERS = True
 # HTTPS hardening. Production turns these on (see README, "Production").
 SESSION_COOKIE_SECURE = envbool("QUOR_SECURE_COOKIES", not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# An API URL that names no endpoint is its 404 in the API's format, not a CSRF page.
+CSRF_FAILURE_VIEW = "quor.lib.errors.csrf_failure"
 SECURE_SSL_REDIRECT = envbool("QUOR_SSL_REDIRECT", False)
 # Except the sandbox-facing API: the egress proxy calls it over plain HTTP at
 # QUOR_SANDBOX_API_URL, and it accepts only the sandbox credential (no browser login).
@@ -175,6 +178,9 @@ QUOR_KNOWLEDGE_S3_PREFIXES = envlist("QUOR_KNOWLEDGE_S3_PREFIXES", "")
 # How often every directory and S3 source is synced.
 QUOR_KNOWLEDGE_SYNC_INTERVAL_SECONDS = envint("QUOR_KNOWLEDGE_SYNC_INTERVAL_SECONDS", 900)
 
+# Single sign-on: plain-HTTP identity providers on loopback (the tests' provider).
+QUOR_SSO_ALLOW_LOOPBACK = envbool("QUOR_SSO_ALLOW_LOOPBACK", False)
+
 # Abuse controls (README, "Abuse controls"); 0 turns a limit off.
 # Password login: failed attempts within the window that lock the account (its email,
 # known or not) or the client address, and for how long (seconds).
@@ -204,7 +210,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["quor.lib.permissions.DeclaredPermission"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "quor.lib.schema.AutoSchema",
     "EXCEPTION_HANDLER": "quor.lib.errors.api_exception_handler",
     "DEFAULT_PAGINATION_CLASS": "quor.lib.pagination.CursorPagination",
     "PAGE_SIZE": QUOR_API_PAGE_SIZE,
@@ -223,6 +229,11 @@ SPECTACULAR_SETTINGS = {
         "KnowledgeSourceKindEnum": "knowledge.models.KnowledgeSource.Kind",
         "SandboxStateEnum": "sandboxes.models.Sandbox.State",
     },
+    # drf-spectacular's enum names, then every operation's error responses (quor/lib/schema.py).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "quor.lib.schema.add_error_responses",
+    ],
 }
 
 CHANNEL_LAYERS = {

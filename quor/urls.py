@@ -20,6 +20,11 @@ urlpatterns = [
     path("accounts/logout/", views.log_out, name="logout"),
     path("accounts/sso/", views.sso_start, name="sso-start"),
     path("accounts/sso/callback/", views.sso_callback, name="sso-callback"),
+    path(
+        "accounts/sso/back-channel-logout/",
+        views.sso_back_channel_logout,
+        name="sso-back-channel-logout",
+    ),
     path("account/tokens/", views.api_tokens, name="api-tokens"),
     path("account/tokens/<int:token_id>/revoke", views.api_token_revoke, name="api-token-revoke"),
     path("admin/", admin.site.urls),

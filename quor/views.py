@@ -1,18 +1,21 @@
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import logout
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render, resolve_url
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST
 
 from quor import health, services
 from quor.lib.errors import NotFound, QuorError, error_response
 from quor.lib.permissions import Permission, page_requires, public_page
 from quor.sso import (
+    LogoutTokenRefused,
     SignInRefused,
+    back_channel_logout,
     sign_in_complete,
     sign_in_start,
     sign_out_url,
@@ -94,15 +97,23 @@ def api_token_revoke(request, token_id):
 
 @public_page
 @never_cache
-@require_http_methods(["GET", "HEAD"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def sso_start(request):
-    """Sends the browser to the organization's identity provider (the login page's
-    single sign-on form, or a link an administrator hands out)."""
-    next_path = _safe_next(request)
-    if not request.GET.get("organization", "").strip():
-        return render(request, "registration/sso_start.html", {"next": next_path})
+    """The single sign-on form (a link an administrator hands out may fill in the
+    organization); its POST sends the browser to the organization's identity provider.
+    A POST with the CSRF token, so that another site cannot start a sign-in of its
+    choosing in a visitor's browser."""
+    data = request.POST if request.method == "POST" else request.GET
+    next_path = _safe_next(request, data.get("next", ""))
+    organization = data.get("organization", "").strip()
+    if request.method != "POST" or not organization:
+        return render(
+            request,
+            "registration/sso_start.html",
+            {"next": next_path, "organization": organization},
+        )
     try:
-        sso = single_sign_on_for(request.GET["organization"])
+        sso = single_sign_on_for(organization)
         provider_url = sign_in_start(request, sso, next_path)
     except SignInRefused as exc:
         return _sso_error(request, exc)
@@ -122,8 +133,7 @@ def sso_callback(request):
     return redirect(next_path)
 
 
-def _safe_next(request) -> str:
-    next_path = request.GET.get("next", "")
+def _safe_next(request, next_path: str) -> str:
     if next_path and url_has_allowed_host_and_scheme(
         next_path, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     ):
@@ -162,3 +172,16 @@ def _to_identity_provider(request, provider_url: str, message: str):
         "registration/to_identity_provider.html",
         {"provider_url": provider_url, "message": message},
     )
+
+
+@public_page
+@csrf_exempt  # the identity provider's server calls it, with a signed token
+@never_cache
+@require_POST
+def sso_back_channel_logout(request):
+    """OpenID Connect Back-Channel Logout: the provider tells Quor a session ended."""
+    try:
+        back_channel_logout(request.POST.get("logout_token", ""))
+    except LogoutTokenRefused as exc:
+        return JsonResponse({"error": "invalid_request", "error_description": str(exc)}, status=400)
+    return HttpResponse(status=200)

@@ -1,12 +1,27 @@
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from knowledge.extraction import CONTENT_TYPES
 from knowledge.models import KnowledgeDocument, KnowledgeSource
 from knowledge.search import MAX_LIMIT, MAX_QUERY_CHARS, MAX_SOURCE_FILTERS
+from quor.lib.serializers import StrictSerializer
 
 
-class SearchRequestSerializer(serializers.Serializer):
-    query = serializers.CharField(max_length=MAX_QUERY_CHARS, trim_whitespace=True)
+@extend_schema_field(
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_QUERY_CHARS,
+        # Not only spaces, and no control characters (knowledge.invalid_query).
+        "pattern": "^[^\\x00-\\x1f]*[^\\s\\x00-\\x1f][^\\x00-\\x1f]*$",
+    }
+)
+class QueryField(serializers.CharField):
+    """Checked again by knowledge.search (`knowledge.invalid_query`)."""
+
+
+class SearchRequestSerializer(StrictSerializer):
+    query = QueryField(max_length=MAX_QUERY_CHARS, trim_whitespace=True)
     sources = serializers.ListField(
         child=serializers.IntegerField(min_value=1), required=False, max_length=MAX_SOURCE_FILTERS
     )

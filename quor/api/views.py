@@ -116,15 +116,16 @@ class ApiTokenViewSet(viewsets.ViewSet):
     lookup_value_regex = r"\d+"
 
     def list(self, request):
-        """The user's tokens, revoked ones too, newest first (paginated)."""
+        """The user's tokens that work, newest first (paginated). A revoked token is gone
+        from the API (docs/decisions.md); the tokens page still shows it as revoked."""
         pages = CursorPagination(request, ordering=NEWEST_FIRST)
         return pages.response(
-            request.user.api_tokens.all(),
+            request.user.api_tokens.filter(revoked_at__isnull=True),
             lambda page: ApiTokenSerializer(page, many=True).data,
         )
 
     def retrieve(self, request, pk=None):
-        token = request.user.api_tokens.filter(pk=pk).first()
+        token = request.user.api_tokens.filter(pk=pk, revoked_at__isnull=True).first()
         if token is None:
             raise NotFound("No such token.")
         return Response(ApiTokenSerializer(token).data)
@@ -140,6 +141,9 @@ class ApiTokenViewSet(viewsets.ViewSet):
         return Response(ApiTokenCreatedSerializer(token).data, status=status.HTTP_201_CREATED)
 
     def destroy(self, request, pk=None):
+        """Revokes the token: from then on it is 404 here, and 401 as a credential."""
+        if not request.user.api_tokens.filter(pk=pk, revoked_at__isnull=True).exists():
+            raise NotFound("No such token.")
         services.api_token_revoke(user=request.user, token_id=int(pk))
         return Response(status=status.HTTP_204_NO_CONTENT)
 

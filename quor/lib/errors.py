@@ -89,6 +89,24 @@ def error_response(status: int, code: str, message: str) -> JsonResponse:
     return JsonResponse(error_body(code, message), status=status)
 
 
+def csrf_failure(request, reason=""):
+    """Django's CSRF refusal (CSRF_FAILURE_VIEW), in the API's format on the API. There
+    only a URL that names no endpoint meets it (DRF checks CSRF itself, for browser
+    sessions only): that URL's 404 comes first. Pages keep Django's page."""
+    from django.urls import Resolver404, resolve
+    from django.views.csrf import csrf_failure as django_csrf_failure
+
+    if not request.path.startswith("/api/"):
+        return django_csrf_failure(request, reason=reason)
+    try:
+        endpoint = resolve(request.path_info).func.__name__ != "api_not_found"
+    except Resolver404:
+        endpoint = False
+    if not endpoint:
+        return error_response(404, "not_found", f"No API endpoint at {request.path}.")
+    return error_response(403, "access.denied", f"CSRF check failed: {reason}")
+
+
 _DRF_CODES = {
     drf_exceptions.ParseError: "malformed_request",
     drf_exceptions.NotAuthenticated: "not_authenticated",

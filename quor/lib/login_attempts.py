@@ -176,7 +176,5 @@ class LoginAttemptsBackend(ModelBackend):
             raise PermissionDenied
         login_succeeded(email)
         if password_login_refused(user):
-            if request is not None:
-                request.password_login_refused = True  # the login form says why
-            raise PermissionDenied
+            raise PermissionDenied  # the usual message: it must not confirm the password
         return user

@@ -39,6 +39,24 @@ class RequestIdMiddleware:
             logs.request_id.reset(token)
 
 
+class ApiNotFoundMiddleware:
+    """An /api/ URL that no route matches, not even the API's catch-all (which does not
+    match a line break), is a 404 in the API's format too, not Django's page."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if (
+            response.status_code == 404
+            and request.path.startswith("/api/")
+            and response.get("Content-Type", "").startswith("text/html")
+        ):
+            return error_response(404, "not_found", f"No API endpoint at {request.path}.")
+        return response
+
+
 class RequestSizeLimitMiddleware:
     """Refuses bodies over the limit with 413 before anything reads them: uploads
     (QUOR_MAX_UPLOAD_BYTES) are streamed, everything else (QUOR_MAX_REQUEST_BYTES) is not."""

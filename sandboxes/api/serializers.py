@@ -1,3 +1,4 @@
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from quor.lib.serializers import StrictSerializer
@@ -55,8 +56,13 @@ class SandboxSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+@extend_schema_field({"type": "boolean", "enum": [True]})
+class ConfirmField(serializers.BooleanField):
+    """Only true starts (false is `sandboxes.confirmation_required`)."""
+
+
 class StartEmptySerializer(StrictSerializer):
-    confirm = serializers.BooleanField(
+    confirm = ConfirmField(
         help_text="true: the earlier files are gone and the next start gives an empty workspace."
     )
 
@@ -65,12 +71,37 @@ class SandboxRequestSerializer(StrictSerializer):
     network_policy = serializers.ChoiceField(choices=Sandbox.NetworkPolicy.choices, required=False)
 
 
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": {"type": "string", "pattern": "^[^\\x00]*$"},
+        # OpenAPI 3.0 has no propertyNames: the names' rule is told in words.
+        "description": "Variables for the command: names `[A-Za-z_][A-Za-z0-9_]*` (at most "
+        "128), values without NUL; names or values that look like credentials are refused "
+        "(`exec.secret_in_env`).",
+    }
+)
+class EnvField(serializers.DictField):
+    """Checked by the exec service (`exec.invalid_env`, `exec.secret_in_env`)."""
+
+
+@extend_schema_field({"type": "string", "pattern": "^[^\\x00]*$"})
+class ArgField(serializers.Field):
+    """One argument: any text but a NUL byte (`exec.invalid_argv`)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            raise serializers.ValidationError("Not a string.")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
 class ExecRequestSerializer(StrictSerializer):
-    argv = serializers.ListField(
-        child=serializers.CharField(trim_whitespace=False, allow_blank=True), allow_empty=False
-    )
+    argv = serializers.ListField(child=ArgField(), allow_empty=False)
     cwd = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
-    env = serializers.DictField(
+    env = EnvField(
         child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False
     )
     timeout = serializers.FloatField(required=False, min_value=1)
@@ -104,6 +135,20 @@ class FileEntrySerializer(serializers.Serializer):
         "organization's Skills; list `library/...` to see them) and `instructions` "
         "(AGENTS.md, the agent's instructions, written again at every turn).",
     )
+
+
+class FileWrittenSerializer(serializers.Serializer):
+    """The file an upload wrote."""
+
+    name = serializers.CharField()
+    size = serializers.IntegerField()
+
+
+class ArchiveCheckSerializer(serializers.Serializer):
+    """`check=1`: the archive that would be made."""
+
+    name = serializers.CharField()
+    size = serializers.IntegerField(help_text="The bytes of its files.")
 
 
 class FileListingSerializer(serializers.Serializer):
@@ -167,13 +212,33 @@ class RuntimeEventsSerializer(RuntimeHeartbeatSerializer):
     events = serializers.ListField(child=serializers.JSONField(), allow_empty=False)
 
 
+@extend_schema_field({"type": "string", "enum": Session.Sharing.values})
+class SharingField(serializers.CharField):
+    """Checked by webapps.services.session_set_sharing (`webapps.invalid_sharing`)."""
+
+
+@extend_schema_field({"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"\S"})
+class TitleField(serializers.Field):
+    """A session's title: 1 to 200 characters, not only spaces. Checked by
+    session_rename (`sessions.invalid_title`)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            raise serializers.ValidationError("Not a string.")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
 class SessionUpdateSerializer(StrictSerializer):
-    sharing = serializers.CharField(
+    requires_a_field = True
+    sharing = SharingField(
         required=False,
         help_text="Who may open the session's web apps: `private` (only you) or "
         "`organization` (every member of your organization). Never the conversation or files.",
     )
-    title = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    title = TitleField(required=False)
 
     def validate(self, data):
         if not data:

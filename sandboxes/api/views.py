@@ -21,10 +21,12 @@ from sandboxes.api.serializers import (
     REFUSED_SANDBOX_OPTIONS,
     AgentEventPageSerializer,
     AgentEventSerializer,
+    ArchiveCheckSerializer,
     ExecRequestSerializer,
     ExecResultSerializer,
     FileEntrySerializer,
     FileListingSerializer,
+    FileWrittenSerializer,
     LibraryFileSerializer,
     MessageSerializer,
     RuntimeEventsSerializer,
@@ -55,9 +57,22 @@ PREVIEWABLE_IMAGES = {
     "webp": "image/webp",
 }
 SESSION_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH)
+SESSION_ID_IN_PATH = OpenApiParameter("session_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 # Most events one GET /api/v1/sessions/{id}/events/ returns (the rest: its `next` link).
 EVENTS_PER_PAGE = 1000
-PATH = OpenApiParameter("path", OpenApiTypes.STR, OpenApiParameter.QUERY)
+PATH = OpenApiParameter(
+    "path",
+    {"type": "string", "pattern": "^(?:$|[^/])"},
+    OpenApiParameter.QUERY,
+    description="A folder inside the workspace, relative (none: the top).",
+)
+FILE_PATH = OpenApiParameter(
+    "path",
+    {"type": "string", "minLength": 1, "pattern": "^[^/]"},
+    OpenApiParameter.QUERY,
+    required=True,
+    description="The file, relative to the workspace (or the Library).",
+)
 
 
 @extend_schema_view(retrieve=extend_schema(parameters=[SESSION_ID]))
@@ -76,6 +91,15 @@ class SessionViewSet(viewsets.ViewSet):
     pagination_class = CursorPagination
     parser_classes = [JSONParser, MultiPartParser]  # multipart: a new session's attachments
 
+    def get_parsers(self):
+        """Multipart only where files come (create); JSON elsewhere, as the schema says."""
+        action = getattr(self, "action", None)
+        if action is None and getattr(self, "request", None) is not None:
+            action = getattr(self, "action_map", {}).get(self.request.method.lower())
+        if action not in (None, "create"):
+            return [JSONParser()]
+        return super().get_parsers()
+
     def list(self, request):
         """The user's sessions, newest first (paginated)."""
         pages = CursorPagination(request, ordering=NEWEST_FIRST)
@@ -92,6 +116,8 @@ class SessionViewSet(viewsets.ViewSet):
     def create(self, request):
         """Starts a session: the agent works on the prompt in the user's sandbox. Send
         JSON, or multipart with `attachments` files (copied into `attachments/`)."""
+        if not isinstance(request.data, dict):  # JSON that is not an object
+            raise InvalidInput(fields={"non_field_errors": ["Send a JSON object."]})
         fields = request.data.copy()  # a QueryDict for multipart: lists stay lists
         if isinstance(fields, dict):
             fields.pop("attachments", None)
@@ -241,7 +267,9 @@ class SessionExecView(APIView):
     required_scope = ServiceAccount.Scope.EXEC
 
     @extend_schema(
-        parameters=[SESSION_ID], request=ExecRequestSerializer, responses=ExecResultSerializer
+        parameters=[SESSION_ID_IN_PATH],
+        request=ExecRequestSerializer,
+        responses=ExecResultSerializer,
     )
     def post(self, request, session_id):
         """Runs argv (never a shell string) in the session's workspace, as the sandbox user."""
@@ -265,7 +293,7 @@ class SessionFilesView(APIView):
     required_scope = ServiceAccount.Scope.FILES
 
     @extend_schema(
-        parameters=[SESSION_ID, PATH],
+        parameters=[SESSION_ID_IN_PATH, PATH],
         responses=FileListingSerializer,
         operation_id="v1_sessions_files_list",
     )
@@ -287,17 +315,20 @@ class SessionFileArchiveView(APIView):
 
     @extend_schema(
         parameters=[
-            SESSION_ID,
+            SESSION_ID_IN_PATH,
             PATH,
             OpenApiParameter(
                 "check",
-                OpenApiTypes.BOOL,
+                {"type": "string", "enum": ["0", "1"]},
                 OpenApiParameter.QUERY,
                 description="`1`: only whether the archive would be made (JSON `name` and "
                 "`size`, the bytes of its files), or the same refusal; no archive.",
             ),
         ],
-        responses={(200, "application/gzip"): OpenApiTypes.BINARY},
+        responses={
+            (200, "application/gzip"): OpenApiTypes.BINARY,
+            (200, "application/json"): ArchiveCheckSerializer,
+        },
     )
     def get(self, request, session_id):
         """The folder at `path` (the whole session without it) as a .tar.gz, made in the
@@ -307,7 +338,10 @@ class SessionFileArchiveView(APIView):
         are archived as read; files the sandbox user cannot read are left out."""
         session = services.session_in_use(request.user, session_id)
         path = request.query_params.get("path", "")
-        if request.query_params.get("check") == "1":
+        check = request.query_params.get("check", "0")
+        if check not in ("0", "1"):
+            raise InvalidInput("check is 0 or 1.", fields={"check": ["Not 0 or 1."]})
+        if check == "1":
             return Response(services.session_files_archive_check(session=session, path=path))
         name, chunks = services.session_files_archive(session=session, path=path)
         response = StreamingHttpResponse(chunks, content_type="application/gzip")
@@ -339,7 +373,7 @@ class SessionFileContentView(APIView):
     parser_classes = [RawBodyParser]
 
     @extend_schema(
-        parameters=[SESSION_ID, PATH],
+        parameters=[SESSION_ID_IN_PATH, FILE_PATH],
         responses={(200, "application/octet-stream"): OpenApiTypes.BINARY},
     )
     def get(self, request, session_id):
@@ -361,9 +395,9 @@ class SessionFileContentView(APIView):
         return response
 
     @extend_schema(
-        parameters=[SESSION_ID, PATH],
+        parameters=[SESSION_ID_IN_PATH, FILE_PATH],
         request={"application/octet-stream": OpenApiTypes.BINARY},
-        responses={201: FileEntrySerializer},
+        responses={201: FileWrittenSerializer},
     )
     def post(self, request, session_id):
         """Uploads the raw request body as the file at `path` (replacing it)."""
@@ -425,7 +459,7 @@ class RuntimeSessionEventsView(APIView):
     authentication_classes = [SandboxCredentialAuthentication]
     required_permission = SANDBOX_CREDENTIAL
 
-    @extend_schema(parameters=[SESSION_ID], request=RuntimeEventsSerializer, responses=None)
+    @extend_schema(parameters=[SESSION_ID_IN_PATH], request=RuntimeEventsSerializer, responses=None)
     def post(self, request, session_id):
         session = _runtime_session(request, session_id)
         serializer = RuntimeEventsSerializer(data=request.data)
@@ -446,7 +480,7 @@ class RuntimeSessionHeartbeatView(APIView):
     required_permission = SANDBOX_CREDENTIAL
 
     @extend_schema(
-        parameters=[SESSION_ID], request=RuntimeHeartbeatSerializer, responses={204: None}
+        parameters=[SESSION_ID_IN_PATH], request=RuntimeHeartbeatSerializer, responses={204: None}
     )
     def post(self, request, session_id):
         session = _runtime_session(request, session_id)
@@ -465,7 +499,9 @@ class RuntimeSessionWebAppsView(APIView):
     required_permission = SANDBOX_CREDENTIAL
 
     @extend_schema(
-        parameters=[SESSION_ID], request=RuntimeWebAppSerializer, responses={201: WebAppSerializer}
+        parameters=[SESSION_ID_IN_PATH],
+        request=RuntimeWebAppSerializer,
+        responses={201: WebAppSerializer},
     )
     def post(self, request, session_id):
         session = _runtime_session(request, session_id)
@@ -490,7 +526,7 @@ class LibraryView(APIView):
         return pages.response(items, lambda page: LibraryFileSerializer(page, many=True).data)
 
     @extend_schema(
-        parameters=[PATH],
+        parameters=[FILE_PATH],
         request={"application/octet-stream": OpenApiTypes.BINARY},
         responses={201: LibraryFileSerializer},
     )
@@ -504,7 +540,7 @@ class LibraryView(APIView):
         )
         return Response(LibraryFileSerializer(item).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(parameters=[PATH], responses={204: None})
+    @extend_schema(parameters=[FILE_PATH], responses={204: None})
     def delete(self, request):
         library.library_file_delete(user=request.user, path=request.query_params.get("path", ""))
         return Response(status=status.HTTP_204_NO_CONTENT)

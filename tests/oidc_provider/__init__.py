@@ -45,7 +45,7 @@ class OpenIdProvider:
     client_id = CLIENT_ID
     client_secret = CLIENT_SECRET
 
-    def __init__(self, *, redirect_uris, post_logout_redirect_uris):
+    def __init__(self, *, redirect_uris, post_logout_redirect_uris, backchannel_logout_uri=None):
         self._directory = Path(tempfile.mkdtemp(prefix="quor-oidc-provider-"))
         self.port = _free_port()
         self.issuer = f"http://127.0.0.1:{self.port}"
@@ -64,6 +64,15 @@ class OpenIdProvider:
                             "client_secret": CLIENT_SECRET,
                             "redirect_uris": self.redirect_uris,
                             "post_logout_redirect_uris": self.post_logout_redirect_uris,
+                            **(
+                                {
+                                    "backchannel_logout_uri": backchannel_logout_uri,
+                                    # sid in ID and logout tokens: one session ends
+                                    "backchannel_logout_session_required": True,
+                                }
+                                if backchannel_logout_uri
+                                else {}
+                            ),
                         }
                     ],
                     "jwks_file": str(self._directory / "jwks.json"),
@@ -187,12 +196,14 @@ class OpenIdProvider:
 @pytest.fixture(scope="session")
 def openid_provider(quor_web):
     """The OP, its client registered for Quor's callback and login page under the Django
-    test client's host (http://testserver) and under the real web process (`quor_web`).
+    test client's host (http://testserver) and under the real web process (`quor_web`),
+    which also gets its back-channel logouts.
     Shared by the session: a test sets the accounts it signs in with."""
     bases = ["http://testserver", quor_web]
     provider = OpenIdProvider(
         redirect_uris=[f"{base}/accounts/sso/callback/" for base in bases],
         post_logout_redirect_uris=[f"{base}/accounts/login/" for base in bases],
+        backchannel_logout_uri=f"{quor_web}/accounts/sso/back-channel-logout/",
     )
     yield provider
     provider.stop()
@@ -241,6 +252,24 @@ def _free_port():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+@pytest.fixture
+def sso(org, openid_provider):
+    """The `org` fixture's single sign-on through this OP, reading role and groups from
+    its claims and creating members at their first sign-in."""
+    from quor.models import SingleSignOn
+
+    return SingleSignOn.objects.create(
+        organization=org,
+        issuer=openid_provider.issuer,
+        client_id=openid_provider.client_id,
+        client_secret=openid_provider.client_secret,
+        scopes="openid email profile groups quor_role",
+        groups_claim="groups",
+        role_claim="quor_role",
+        creates_users=True,
+    )
 
 
 def quor_link_to_provider(response) -> str:

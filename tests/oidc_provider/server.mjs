@@ -35,10 +35,15 @@ const provider = new Provider(config.issuer, {
   // rest is at userinfo); Quor reads email, groups and quor_role from the ID token.
   conformIdTokenClaims: false,
   pkce: { required: () => true },
+  // Its outgoing requests refuse special-use addresses (SSRF protection); Quor's
+  // back-channel logout URL is on loopback in the tests.
+  fetch: (url, { dispatcher, ...options }) => globalThis.fetch(url, options),
   features: {
     // The default in v9, explicit because the tests drive its login and consent forms.
     devInteractions: { enabled: true },
     rpInitiatedLogout: { enabled: true },
+    // The OP tells Quor (the client's backchannel_logout_uri) when a session ends.
+    backchannelLogout: { enabled: true },
     userinfo: { enabled: true },
   },
   ttl: {
@@ -60,9 +65,10 @@ for (const event of [
   'end_session.error',
   'jwks.error',
   'discovery.error',
+  'backchannel.error',
 ]) {
   provider.on(event, (ctx, error) => {
-    console.error(`${event}: ${error.message}${error.error_description ? ` (${error.error_description})` : ''}`);
+    console.error(`${event}: ${error.message}${error.error_description ? ` (${error.error_description})` : ''}${error.cause ? ` (${error.cause})` : ''}`);
   });
 }
 

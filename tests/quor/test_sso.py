@@ -1,15 +1,16 @@
 """Single sign-on against a certified OpenID Provider (panva's oidc-provider, from npm,
 on loopback: tests/oidc_provider/): the sign-in a browser makes, driven here through
 Quor's pages with Django's test client and through the provider's own forms with
-HTTP; tests/quor/test_sso_browser.py makes the same trip in a real browser."""
+HTTP; tests/ui/test_sso_sign_in.py makes the same trip in a real browser."""
 
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 import requests
 from django.contrib.auth.models import Group
 
 from quor.models import AuditEntry, Membership, OrganizationGroup, SingleSignOn, User
+from quor.sso import SIGNED_IN_KEY
 from tests import factories
 from tests.oidc_provider import quor_link_to_provider
 
@@ -20,23 +21,18 @@ def organization_owner(org):
 
 
 @pytest.fixture
-def sso(org, openid_provider):
-    return SingleSignOn.objects.create(
+def finance_group(org):
+    return OrganizationGroup.objects.create(
         organization=org,
-        issuer=openid_provider.issuer,
-        client_id=openid_provider.client_id,
-        client_secret=openid_provider.client_secret,
-        scopes="openid email profile groups quor_role",
-        groups_claim="groups",
-        role_claim="quor_role",
-        creates_users=True,
+        group=Group.objects.create(name="acme: Finance"),
+        display_name="Finance",
     )
 
 
 def sign_in(client, provider, login: str, next_path: str = "/"):
     """Quor's sign-in as a browser makes it: Quor's redirect to the provider, the
     provider's login and consent forms, the provider's redirect back to Quor."""
-    start = client.get("/accounts/sso/", {"organization": "acme", "next": next_path})
+    start = client.post("/accounts/sso/", {"organization": "acme", "next": next_path})
     back_to_quor = urlsplit(provider.authorize(quor_link_to_provider(start), login))
     assert back_to_quor.path == "/accounts/sso/callback/", back_to_quor
     return client.get(back_to_quor.path, parse_qs(back_to_quor.query))
@@ -93,15 +89,18 @@ def test_a_later_sign_in_follows_the_claims_as_they_change(
     openid_provider,
     colleague,
     stranger,
+    finance_group,
 ):
-    finance = OrganizationGroup.objects.create(
-        organization=sso.organization,
-        group=Group.objects.create(name="acme: Finance"),
-        display_name="Finance",
-    )
-    colleague.groups.add(finance.group, Group.objects.create(name="not an organization's"))
+    colleague.groups.add(finance_group.group, Group.objects.create(name="not an organization's"))
     openid_provider.set_accounts(
-        {"colleague": {"email": colleague.email, "groups": ["Sales"], "quor_role": "admin"}}
+        {
+            "colleague": {
+                "email_verified": True,
+                "email": colleague.email,
+                "groups": ["Sales"],
+                "quor_role": "admin",
+            }
+        }
     )
 
     assert sign_in(client, openid_provider, "colleague").status_code == 302
@@ -125,8 +124,12 @@ def test_no_claim_makes_or_unmakes_an_owner(
 ):
     openid_provider.set_accounts(
         {
-            "boss": {"email": organization_owner.email, "quor_role": "member"},
-            "colleague": {"email": colleague.email, "quor_role": "owner"},
+            "boss": {
+                "email_verified": True,
+                "email": organization_owner.email,
+                "quor_role": "member",
+            },
+            "colleague": {"email_verified": True, "email": colleague.email, "quor_role": "owner"},
         }
     )
 
@@ -141,18 +144,10 @@ def test_no_claim_makes_or_unmakes_an_owner(
 
 
 def test_a_groups_claim_left_out_leaves_the_groups_alone(
-    client,
-    sso,
-    openid_provider,
-    colleague,
+    client, sso, openid_provider, colleague, finance_group
 ):
-    finance = OrganizationGroup.objects.create(
-        organization=sso.organization,
-        group=Group.objects.create(name="acme: Finance"),
-        display_name="Finance",
-    )
-    colleague.groups.add(finance.group)
-    openid_provider.set_accounts({"colleague": {"email": colleague.email}})
+    colleague.groups.add(finance_group.group)
+    openid_provider.set_accounts({"colleague": {"email_verified": True, "email": colleague.email}})
 
     assert sign_in(client, openid_provider, "colleague").status_code == 302
 
@@ -173,7 +168,9 @@ def test_someone_unknown_is_refused_where_sign_in_creates_no_members(
 ):
     sso.creates_users = False
     sso.save()
-    openid_provider.set_accounts({"eve": {"email": "eve@acme.test", "groups": ["Finance"]}})
+    openid_provider.set_accounts(
+        {"eve": {"email_verified": True, "email": "eve@acme.test", "groups": ["Finance"]}}
+    )
 
     response = sign_in(client, openid_provider, "eve")
 
@@ -187,7 +184,14 @@ def test_a_deactivated_member_cannot_sign_in(client, sso, openid_provider, colle
     colleague.is_active = False
     colleague.save()
     openid_provider.set_accounts(
-        {"colleague": {"email": colleague.email, "quor_role": "admin", "groups": ["Finance"]}}
+        {
+            "colleague": {
+                "email_verified": True,
+                "email": colleague.email,
+                "quor_role": "admin",
+                "groups": ["Finance"],
+            }
+        }
     )
 
     response = sign_in(client, openid_provider, "colleague")
@@ -204,7 +208,7 @@ def test_a_member_of_another_organization_cannot_sign_in_here(
     openid_provider,
     stranger,
 ):
-    openid_provider.set_accounts({"stranger": {"email": stranger.email}})
+    openid_provider.set_accounts({"stranger": {"email_verified": True, "email": stranger.email}})
 
     response = sign_in(client, openid_provider, "stranger")
 
@@ -222,12 +226,11 @@ def test_with_password_login_off_a_member_must_use_single_sign_on_and_an_owner_n
     refused = client.post(
         "/accounts/login/", {"username": colleague.email, "password": factories.PASSWORD}
     )
-    assert refused.status_code == 200
-    assert "signs in with single sign-on" in refused.content.decode()
-    assert signed_in_user(client) is None
-
     wrong = client.post("/accounts/login/", {"username": colleague.email, "password": "wrong"})
-    assert "single sign-on" not in wrong.content.decode().split("<h2>")[0]
+
+    assert refused.status_code == wrong.status_code == 200
+    assert refused.context["form"].non_field_errors() == wrong.context["form"].non_field_errors()
+    assert signed_in_user(client) is None
 
     allowed = client.post(
         "/accounts/login/", {"username": organization_owner.email, "password": factories.PASSWORD}
@@ -242,7 +245,7 @@ def test_logging_out_ends_the_providers_session_too(
     openid_provider,
     colleague,
 ):
-    openid_provider.set_accounts({"colleague": {"email": colleague.email}})
+    openid_provider.set_accounts({"colleague": {"email_verified": True, "email": colleague.email}})
     assert sign_in(client, openid_provider, "colleague").status_code == 302
 
     response = client.post("/accounts/logout/")
@@ -277,7 +280,7 @@ def test_keys_the_provider_rotated_are_fetched_at_the_next_sign_in(
     openid_provider,
     colleague,
 ):
-    openid_provider.set_accounts({"colleague": {"email": colleague.email}})
+    openid_provider.set_accounts({"colleague": {"email_verified": True, "email": colleague.email}})
     assert sign_in(client, openid_provider, "colleague").status_code == 302
     client.logout()
 
@@ -285,3 +288,74 @@ def test_keys_the_provider_rotated_are_fetched_at_the_next_sign_in(
 
     assert sign_in(client, openid_provider, "colleague").status_code == 302
     assert signed_in_user(client) == colleague
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sign_out_at_the_provider_ends_the_quor_session_through_the_back_channel(
+    client, sso, openid_provider, colleague
+):
+    """The provider's server calls the real web process, which ends the session this
+    browser signed in with."""
+    openid_provider.set_accounts({"colleague": {"email_verified": True, "email": colleague.email}})
+    assert sign_in(client, openid_provider, "colleague").status_code == 302
+    signed_in = client.session[SIGNED_IN_KEY]
+    assert signed_in["sid"]
+    discovery = requests.get(
+        f"{openid_provider.issuer}/.well-known/openid-configuration", timeout=10
+    ).json()
+
+    openid_provider.end_session(
+        f"{discovery['end_session_endpoint']}?"
+        + urlencode({"id_token_hint": signed_in["id_token"], "client_id": sso.client_id})
+    )
+
+    assert client.get("/account/tokens/").status_code == 302
+    entry = AuditEntry.objects.get(action="sso.logout")
+    assert entry.changes == {"issuer": sso.issuer, "sid": signed_in["sid"], "sessions_ended": 1}
+
+
+@pytest.mark.parametrize("role", [Membership.Role.ADMIN, Membership.Role.AUDITOR])
+def test_who_may_only_read_the_configuration_never_sees_the_client_secret(client, org, role):
+    sso = SingleSignOn.objects.create(
+        organization=org,
+        issuer="https://login.acme.test",
+        client_id="quor",
+        client_secret="the-client-secret-nobody-reads",
+    )
+    provider = factories.make_provider(org)
+    client.force_login(factories.make_user(org, role=role, email="reader@acme.test"))
+
+    sso_page = client.get(f"/admin/quor/singlesignon/{sso.pk}/change/")
+    provider_page = client.get(f"/admin/quor/modelprovider/{provider.pk}/change/")
+
+    assert sso_page.status_code == provider_page.status_code == 200
+    assert "login.acme.test" in sso_page.content.decode()
+    assert "the-client-secret-nobody-reads" not in sso_page.content.decode()
+    assert provider.api_key not in provider_page.content.decode()
+
+
+def test_only_an_owner_configures_single_sign_on(client, org):
+    """The role claim gives the admin role: configuring it is giving roles."""
+    form = {
+        "organization": org.pk,
+        "enabled": "on",
+        "issuer": "https://login.acme.test",
+        "client_id": "quor",
+        "client_secret": "a-secret",
+        "scopes": "openid email",
+        "email_claim": "email",
+        "require_verified_email": "on",
+        "password_login": "on",
+    }
+    client.force_login(factories.make_user(org, role=Membership.Role.ADMIN, email="a@acme.test"))
+    assert client.post("/admin/quor/singlesignon/add/", form).status_code == 403
+    assert not SingleSignOn.objects.exists()
+
+    client.force_login(factories.make_user(org, role=Membership.Role.OWNER, email="o@acme.test"))
+    refused = client.post(
+        "/admin/quor/singlesignon/add/", {**form, "issuer": "http://login.acme.test"}
+    )
+    assert refused.status_code == 200
+    assert "must be an https:// address" in refused.content.decode()
+    assert client.post("/admin/quor/singlesignon/add/", form).status_code == 302
+    assert SingleSignOn.objects.get().client_secret == "a-secret"

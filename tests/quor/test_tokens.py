@@ -30,3 +30,19 @@ def test_revoking_a_token_through_the_api_makes_it_401(client_for, owner):
     fresh = APIClient()
     fresh.credentials(HTTP_AUTHORIZATION=f"Bearer {created['token']}")
     assert fresh.get("/api/v1/me/").status_code == 401
+
+
+@pytest.mark.django_db
+def test_a_revoked_token_is_gone_from_the_api(client_for, owner):
+    """DELETE revokes: the token is then 404, out of the list, and a second DELETE is 404
+    (docs/decisions.md, 2026-12-04). The tokens page keeps showing it as revoked."""
+    client = client_for(owner)
+    created = client.post("/api/v1/tokens/", {"name": "ci"}, format="json").json()
+    url = f"/api/v1/tokens/{created['id']}/"
+    assert client.get(url).status_code == 200
+    assert client.delete(url).status_code == 204
+    assert client.get(url).json()["error"]["code"] == "not_found"
+    assert client.delete(url).status_code == 404
+    listed = [token["id"] for token in client.get("/api/v1/tokens/").json()["results"]]
+    assert created["id"] not in listed
+    assert ApiToken.objects.get(pk=created["id"]).revoked_at is not None

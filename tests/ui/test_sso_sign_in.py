@@ -6,21 +6,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from quor.models import SingleSignOn
 from tests.ui.conftest import QUOR, assert_accessible
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def sso(org, openid_provider):
-    return SingleSignOn.objects.create(
-        organization=org,
-        issuer=openid_provider.issuer,
-        client_id=openid_provider.client_id,
-        client_secret=openid_provider.client_secret,
-        creates_users=True,
-    )
 
 
 @pytest.mark.parametrize("viewport", ["desktop"])  # the phone's menu is another test's
@@ -29,7 +17,9 @@ def test_a_person_signs_in_through_the_provider_and_out_again(
     sso,
     openid_provider,
 ):
-    openid_provider.set_accounts({"grace": {"email": "grace@acme.test", "name": "Grace"}})
+    openid_provider.set_accounts(
+        {"grace": {"email_verified": True, "email": "grace@acme.test", "name": "Grace"}}
+    )
     page = ui.page_for(None, "/accounts/login/")
 
     page.fill("#id_organization", "acme")
@@ -52,8 +42,9 @@ def test_a_person_signs_in_through_the_provider_and_out_again(
 def test_a_refused_sign_in_shows_a_page_that_says_why(ui, sso, openid_provider, colleague):
     colleague.is_active = False
     colleague.save()
-    openid_provider.set_accounts({"colleague": {"email": colleague.email}})
-    page = ui.page_for(None, "/accounts/sso/?organization=acme")
+    openid_provider.set_accounts({"colleague": {"email_verified": True, "email": colleague.email}})
+    page = ui.page_for(None, "/accounts/sso/?organization=acme")  # a link handed out
+    page.click("text=Continue with single sign-on")
 
     page.wait_for_url(f"{openid_provider.issuer}/**")
     openid_provider.fill_in_login_and_consent(page, "colleague")
