@@ -151,7 +151,7 @@ class Request:
         "app_framing", "chunked", "complete", "discard", "done", "expect_continue",
         "fields", "framing", "has_body", "head_bytes", "headers", "http11", "keep_alive",
         "method", "pending", "responded", "retried", "sending", "status", "target",
-        "websocket",
+        "viewer", "websocket",
     )  # fmt: skip
 
     def __init__(self):
@@ -175,6 +175,7 @@ class Request:
         self.status = 0
         self.head_bytes = 0
         self.fields = {}
+        self.viewer = None  # (user id, app label), once the viewer's cookie names them
 
     def header(self, name: str) -> str:
         return self.fields.get(name, "")
@@ -239,6 +240,8 @@ class WebAppProxy:
         self._viewers: dict[tuple[str, str], tuple[float, int]] = {}
         self._labels: dict[str, str | None] = {}
         self._idle: dict[tuple[str, int], list[tuple[float, AppConnection]]] = {}
+        self._tunnels: dict[ViewerConnection, tuple[int, str]] = {}
+        self._tunnel_checks = None
 
     def connection(self) -> "ViewerConnection":
         return ViewerConnection(self)
@@ -274,6 +277,33 @@ class WebAppProxy:
             found = await _webapp_for(user_id, label)
             _remember(self._access, (user_id, label), found, time.monotonic())
         return found
+
+    def tunnel_opened(self, viewer: "ViewerConnection", user_id: int, label: str) -> None:
+        """A WebSocket outlives the access check that opened it: its viewer's access is
+        checked again as often as the cache expires, and the tunnel closed when it is
+        gone (sharing switched off, the viewer deactivated or removed)."""
+        self._tunnels[viewer] = (user_id, label)
+        if self._tunnel_checks is None:
+            self._tunnel_checks = asyncio.ensure_future(self._check_tunnels())
+
+    def tunnel_closed(self, viewer: "ViewerConnection") -> None:
+        self._tunnels.pop(viewer, None)
+
+    async def _check_tunnels(self) -> None:
+        try:
+            while self._tunnels:
+                await asyncio.sleep(ACCESS_CACHE_SECONDS)
+                for viewer, (user_id, label) in list(self._tunnels.items()):
+                    try:
+                        webapp = (await self.access(user_id, label))[0]
+                    except Exception:  # the database: keep the tunnel, ask again later
+                        logger.exception("web app proxy: could not check a tunnel's access")
+                        continue
+                    if webapp is None and viewer in self._tunnels:
+                        logger.info("web app proxy: closing a tunnel whose access ended")
+                        viewer.close()
+        finally:
+            self._tunnel_checks = None
 
     def idle_connection(self, address) -> "AppConnection | None":
         idle = self._idle.get(address)
@@ -422,6 +452,7 @@ class ViewerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc):
         self.closed = True
+        self.proxy.tunnel_closed(self)
         if self.idle is not None:
             self.idle.cancel()
         if self.task is not None:
@@ -575,6 +606,7 @@ class ViewerConnection(asyncio.Protocol):
         if user_id is None:
             location = services.login_url(label, request.target)
             return self.reply(request, 302, "Log in to Quor to open this app.", location=location)
+        request.viewer = (user_id, label)
         found = self.proxy.cached_access(user_id, label)
         if found is None:
             return self.run(request, self.check_access(request, user_id, label))
@@ -765,6 +797,7 @@ class ViewerConnection(asyncio.Protocol):
         self.log(request)
         self.tunnel = app.transport
         app.tunnel = True
+        self.proxy.tunnel_opened(self, *request.viewer)
         if self.after_upgrade:
             app.transport.write(self.after_upgrade)
             self.after_upgrade = b""

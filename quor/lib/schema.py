@@ -28,6 +28,12 @@ class AutoSchema(openapi.AutoSchema):
                 schema["minProperties"] = 1
         return schema
 
+    def _get_request_body(self, direction="request"):
+        body = super()._get_request_body(direction)
+        if body and getattr(self.get_request_serializer(), "requires_a_field", False):
+            body["required"] = True  # an empty PATCH is refused: it must send a field
+        return body
+
     def _map_serializer_field(self, field, direction, bypass_extensions=False):
         schema = super()._map_serializer_field(field, direction, bypass_extensions)
         if (
@@ -50,11 +56,28 @@ class AutoSchema(openapi.AutoSchema):
             and not isinstance(field, serializers.ChoiceField)
         ):
             meta["minLength"] = 1
-            has_pattern = any(hasattr(validator, "regex") for validator in field.validators)
-            if field.trim_whitespace and not has_pattern:
-                meta["pattern"] = r"\S"  # not whitespace only
+        if (
+            direction == "request"
+            and not has_override(field, "field")
+            and isinstance(field, serializers.CharField)
+            and not field.read_only
+            and not isinstance(field, FORMATTED_TEXT)
+            and not any(hasattr(validator, "regex") for validator in field.validators)
+        ):
+            # DRF refuses a NUL character in any text; non-blank text is not only spaces.
+            non_blank = not field.allow_blank and field.trim_whitespace
+            meta["pattern"] = r"^[^\x00]*\S[^\x00]*$" if non_blank else r"^[^\x00]*$"
         return meta
 
+
+FORMATTED_TEXT = (
+    serializers.ChoiceField,
+    serializers.EmailField,
+    serializers.URLField,
+    serializers.UUIDField,
+    serializers.IPAddressField,
+)
+"""Text whose format the schema states already."""
 
 ERROR_COMPONENT = "Error"
 

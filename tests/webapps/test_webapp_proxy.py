@@ -5,11 +5,13 @@ browser might."""
 
 import hashlib
 import json
+import time
 from urllib.parse import urlsplit
 
 import pytest
 from django.test import Client
 
+from quor import services as quor_services
 from sandboxes.models import Session
 from sandboxes.runtime import services
 from tests import factories
@@ -150,6 +152,58 @@ def test_websockets_pass_through(webapp, owner):
             f"ws://{PROXY[0]}:{PROXY[1]}/live", host=app_host(webapp),
             origin="http://evil.test", header=[f"Cookie: {cookie}"], timeout=10,
         )  # fmt: skip
+
+
+def _open_websocket(webapp, viewer):
+    import websocket
+
+    connection = websocket.create_connection(
+        f"ws://{PROXY[0]}:{PROXY[1]}/live",
+        host=app_host(webapp),
+        origin=webapps.app_origin().origin(webapp.label),
+        header=[f"Cookie: {cookie_for(viewer, webapp)}"],
+        timeout=20,
+    )
+    connection.send("hello")
+    assert connection.recv() == "echo: hello"
+    return connection
+
+
+def _closed_within(connection, seconds: float) -> float:
+    """How long until the proxy closed the tunnel; fails if it stays open longer."""
+    import websocket
+
+    started = time.monotonic()
+    connection.settimeout(seconds)
+    with pytest.raises((websocket.WebSocketConnectionClosedException, ConnectionError)):
+        connection.send("still there?")
+        connection.recv()  # the echo, if the tunnel is still open
+        connection.recv()  # nothing more comes: the close, or the timeout
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize("taken_away_by", ["sharing switched off", "viewer deactivated"])
+def test_an_open_websocket_closes_when_its_viewers_access_ends(webapp, colleague, taken_away_by):
+    """An upgraded connection outlives the check that opened it: the proxy checks its
+    viewer's access again, as often as its access cache expires (5 s)."""
+    Session.objects.filter(pk=webapp.session_id).update(sharing="organization")
+    connection = _open_websocket(webapp, colleague)
+
+    if taken_away_by == "sharing switched off":
+        Session.objects.filter(pk=webapp.session_id).update(sharing="private")
+    else:
+        quor_services.user_deactivate(user=colleague, via="admin")
+
+    assert _closed_within(connection, 15) < 15
+
+
+def test_an_open_websocket_stays_open_while_access_lasts(webapp, owner):
+    connection = _open_websocket(webapp, owner)
+    time.sleep(6)  # longer than the proxy's recheck (5 s): the tunnel must survive it
+
+    connection.send("again")
+    assert connection.recv() == "echo: again"
+    connection.close()
 
 
 def test_a_stopped_sandbox_shows_that_the_app_is_not_running(webapp, owner):
