@@ -85,9 +85,9 @@ class EnvField(serializers.DictField):
     """Checked by the exec service (`exec.invalid_env`, `exec.secret_in_env`)."""
 
 
-@extend_schema_field({"type": "string", "pattern": "^[^\\x00]*$"})
-class ArgField(serializers.Field):
-    """One argument: any text but a NUL byte (`exec.invalid_argv`)."""
+class UncheckedTextField(serializers.Field):
+    """A string passed on as it is: the service that takes it checks it, with its own
+    error code. Only a value that is not a string is refused here."""
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
@@ -96,6 +96,11 @@ class ArgField(serializers.Field):
 
     def to_representation(self, value):
         return value
+
+
+@extend_schema_field({"type": "string", "pattern": "^[^\\x00]*$"})
+class ArgField(UncheckedTextField):
+    """One argument: any text but a NUL byte (`exec.invalid_argv`)."""
 
 
 class ExecRequestSerializer(StrictSerializer):
@@ -218,17 +223,9 @@ class SharingField(serializers.CharField):
 
 
 @extend_schema_field({"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"\S"})
-class TitleField(serializers.Field):
+class TitleField(UncheckedTextField):
     """A session's title: 1 to 200 characters, not only spaces. Checked by
     session_rename (`sessions.invalid_title`)."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            raise serializers.ValidationError("Not a string.")
-        return data
-
-    def to_representation(self, value):
-        return value
 
 
 class SessionUpdateSerializer(StrictSerializer):

@@ -137,16 +137,7 @@ def test_websockets_pass_through(webapp, owner):
     import websocket
 
     cookie = cookie_for(owner, webapp)
-    connection = websocket.create_connection(
-        f"ws://{PROXY[0]}:{PROXY[1]}/live",
-        host=app_host(webapp),
-        origin=webapps.app_origin().origin(webapp.label),
-        header=[f"Cookie: {cookie}"],
-        timeout=10,
-    )
-    connection.send("hello")
-    assert connection.recv() == "echo: hello"
-    connection.close()
+    _open_websocket(webapp, owner).close()
     with pytest.raises(websocket.WebSocketBadStatusException):
         websocket.create_connection(
             f"ws://{PROXY[0]}:{PROXY[1]}/live", host=app_host(webapp),
