@@ -228,6 +228,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "KnowledgeSourceKindEnum": "knowledge.models.KnowledgeSource.Kind",
         "SandboxStateEnum": "sandboxes.models.Sandbox.State",
+        "ExecRecordStatusEnum": "sandboxes.models.ExecRecord.Status",
     },
     # drf-spectacular's enum names, then every operation's error responses (quor/lib/schema.py).
     "POSTPROCESSING_HOOKS": [
@@ -292,6 +293,14 @@ CELERY_BEAT_SCHEDULE = {
     "refill-pool": {"task": "sandboxes.tasks.refill_pool", "schedule": 30.0},
     "requeue-pending-turns": {"task": "sandboxes.tasks.requeue_pending_turns", "schedule": 60.0},
     "fail-lost-turns": {"task": "sandboxes.tasks.fail_lost_turns", "schedule": 60.0},
+    "mark-interrupted-execs": {
+        "task": "sandboxes.tasks.mark_interrupted_execs",
+        "schedule": 60.0,
+    },
+    "delete-old-exec-records": {
+        "task": "sandboxes.tasks.delete_old_exec_records",
+        "schedule": 3600.0,
+    },
     # Starts due scheduled tasks: on the default queue, not behind slow sandbox work;
     # dropped if not picked up within 25 s (django-celery-beat's name for `expires`).
     "run-scheduled-tasks": {
@@ -368,6 +377,8 @@ QUOR_EXEC_OUTPUT_LIMIT = envint("QUOR_EXEC_OUTPUT_LIMIT", 1024 * 1024)
 # Timeout of a command when none is given, and the largest one accepted, in seconds.
 QUOR_EXEC_DEFAULT_TIMEOUT = envint("QUOR_EXEC_DEFAULT_TIMEOUT", 120)
 QUOR_EXEC_MAX_TIMEOUT = envint("QUOR_EXEC_MAX_TIMEOUT", 3600)
+# How long the exec journal keeps a command's record, and so its idempotency key.
+QUOR_EXEC_JOURNAL_RETENTION_DAYS = envint("QUOR_EXEC_JOURNAL_RETENTION_DAYS", 30)
 # A running sandbox with no activity for this long is marked idle (seconds).
 QUOR_SANDBOX_IDLE_SECONDS = envint("QUOR_SANDBOX_IDLE_SECONDS", 30 * 60)
 # Ready, unassigned sandboxes kept per backend (the warm pool), and how long one waits to

@@ -3,9 +3,11 @@ from django.contrib import admin
 
 from quor.admin import OrganizationAdminAccess, ReadOnlyAdmin
 from quor.lib.errors import CorruptBlob, QuorError
+from quor.lib.permissions import Permission
 from sandboxes.models import (
     AgentEvent,
     Attachment,
+    ExecRecord,
     LibraryFile,
     PooledRuntime,
     Sandbox,
@@ -102,6 +104,57 @@ class AgentEventAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+@admin.register(ExecRecord)
+class ExecRecordAdmin(ReadOnlyAdmin, OrganizationAdminAccess, admin.ModelAdmin):
+    """The exec journal: who ran what in which session, and what became of it; read by
+    those who read the audit log, kept QUOR_EXEC_JOURNAL_RETENTION_DAYS."""
+
+    admin_permissions = {
+        "view": Permission.AUDIT_VIEW,
+        "add": None,
+        "change": None,
+        "delete": None,
+    }
+    list_display = ["started_at", "user", "session", "via", "__str__", "status", "exit_code"]
+    list_filter = ["status", "via", "started_at"]
+    search_fields = ["user__email", "session__id", "idempotency_key", "id"]
+    date_hierarchy = "started_at"
+    list_select_related = ["user", "session"]
+    fields = [
+        "id",
+        "organization",
+        "user",
+        "session",
+        "via",
+        "idempotency_key",
+        "argv",
+        "cwd",
+        "env_names",
+        "timeout_s",
+        "status",
+        "error",
+        "runner",
+        "exit_code",
+        "timed_out",
+        "duration_s",
+        "started_at",
+        "finished_at",
+        "stdout_text",
+        "stdout_truncated",
+        "stderr_text",
+        "stderr_truncated",
+    ]
+    readonly_fields = fields
+
+    @admin.display(description="stdout")
+    def stdout_text(self, record):
+        return bytes(record.stdout).decode(errors="replace")
+
+    @admin.display(description="stderr")
+    def stderr_text(self, record):
+        return bytes(record.stderr).decode(errors="replace")
 
 
 class SkillForm(forms.ModelForm):

@@ -417,3 +417,85 @@ class ScheduledRun(models.Model):
 
     def __str__(self):
         return f"{self.task} at {self.scheduled_for:%Y-%m-%d %H:%M}"
+
+
+class ExecRecord(models.Model):
+    """One command run in a sandbox through the API, a manage command or the terminal,
+    written before it starts: a retry with the same idempotency key gets this run's
+    result instead of a second run, and a run whose process died says so."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running", "Running"
+        FINISHED = "finished", "Finished"
+        NOT_STARTED = "not_started", "Not started"
+        INTERRUPTED = "interrupted", "Interrupted"
+
+    class Via(models.TextChoices):
+        API = "api", "API"
+        COMMAND = "command", "Manage command"
+        TERMINAL = "terminal", "Terminal"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    organization = models.ForeignKey(
+        "quor.Organization", on_delete=models.CASCADE, related_name="exec_records"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="exec_records"
+    )
+    session = models.ForeignKey(
+        Session, on_delete=models.SET_NULL, null=True, blank=True, related_name="exec_records"
+    )
+    via = models.CharField(max_length=10, choices=Via.choices)
+    idempotency_key = models.CharField(max_length=255, blank=True)
+    request_hash = models.CharField(
+        max_length=64,
+        help_text="sha256 of the request: a key sent again with another one is refused.",
+    )
+    argv = models.JSONField()
+    cwd = models.CharField(max_length=4096)
+    env_names = models.JSONField(
+        default=list, help_text="The names of the variables the caller set; never their values."
+    )
+    timeout_s = models.FloatField()
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.RUNNING)
+    runner = models.CharField(
+        max_length=200, help_text="The process that runs it: host, pid and a per-process token."
+    )
+    error = models.TextField(blank=True, help_text="Why it did not start, or was interrupted.")
+    exit_code = models.IntegerField(null=True, blank=True)
+    timed_out = models.BooleanField(default=False)
+    stdout = models.BinaryField(default=b"")
+    stderr = models.BinaryField(default=b"")
+    stdout_truncated = models.BooleanField(default=False)
+    stderr_truncated = models.BooleanField(default=False)
+    duration_s = models.FloatField(null=True, blank=True)
+    started_at = models.DateTimeField()
+    deadline = models.DateTimeField(
+        help_text="Past this, a record still running is interrupted: the command's "
+        "timeout has killed it and its process never wrote the result."
+    )
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    replayed = False
+    """True on a record a retry got back instead of a second run (never stored)."""
+
+    class Meta:
+        ordering = ["-started_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "idempotency_key"],
+                condition=~models.Q(idempotency_key=""),
+                name="exec_record_idempotency_key_per_user",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["session", "-started_at"], name="exec_record_session_newest"),
+            models.Index(
+                fields=["deadline"],
+                condition=models.Q(status="running"),
+                name="exec_record_running_deadline",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{' '.join(self.argv)[:60]} ({self.status})"

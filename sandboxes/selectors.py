@@ -3,7 +3,7 @@
 import uuid
 
 from quor.lib.errors import NotFound
-from sandboxes.models import Sandbox, Session
+from sandboxes.models import ExecRecord, Sandbox, Session
 
 
 def sessions_of(user):
@@ -38,3 +38,11 @@ def get_sandbox_for_user(user):
 
 def events_after(session: Session, after: int, limit: int = 1000):
     return list(session.events.filter(seq__gt=after).order_by("seq")[:limit])
+
+
+def get_exec_record(session: Session, exec_id) -> ExecRecord:
+    """A run of the session's exec journal; another session's, or a malformed id, is 404."""
+    record = session.exec_records.filter(pk=exec_id).first() if is_uuid(exec_id) else None
+    if record is None:
+        raise NotFound("No such command in this session's journal.")
+    return record

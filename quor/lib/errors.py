@@ -16,6 +16,8 @@ class QuorError(Exception):
     status = 400
     code = "invalid_request"
     default_message = "The request is not valid."
+    retry_after: int | None = None
+    """Whole seconds to wait before retrying, sent as `Retry-After`; None: no header."""
 
     def __init__(
         self, message: str | None = None, *, code: str | None = None, fields=None, status=None
@@ -131,7 +133,9 @@ def _flatten(detail):
 def api_exception_handler(exc, context):
     """DRF's exception handler: every error, ours or DRF's, in the one format."""
     if isinstance(exc, QuorError):
-        return Response(error_body(exc.code, exc.message, exc.fields), status=exc.status)
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+        body = error_body(exc.code, exc.message, exc.fields)
+        return Response(body, status=exc.status, headers=headers)
     if isinstance(exc, Http404):
         exc = drf_exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

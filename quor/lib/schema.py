@@ -114,6 +114,7 @@ DESCRIPTIONS = {
     "411": "The upload has no Content-Length.",
     "413": "The body is too large.",
     "415": "The body's content type is not accepted.",
+    "422": "The `Idempotency-Key` was used before for another request.",
     "429": "Too many requests (`Retry-After` says when to retry), or an organization limit.",
     "503": "A service Quor depends on is unavailable; nothing was changed: retry.",
 }
@@ -142,7 +143,7 @@ EXTRA_ERRORS: dict[tuple[str, str], set[str]] = {
     ("GET", "/api/v1/sessions/{session_id}/files/content"): {"503"},
     ("GET", "/api/v1/sessions/{session_id}/files/"): {"503"},
     ("POST", "/api/v1/sessions/{session_id}/files/content"): {"411", "503"},
-    ("POST", "/api/v1/sessions/{session_id}/exec/"): {"503"},
+    ("POST", "/api/v1/sessions/{session_id}/exec/"): {"422", "503"},
     ("POST", "/api/v1/sessions/"): {"503"},
     ("POST", "/api/v1/sessions/{id}/messages/"): {"503"},
 }

@@ -3,7 +3,7 @@ from rest_framework import serializers
 
 from quor.lib.serializers import StrictSerializer
 from quor.selectors import make_model_id
-from sandboxes.models import Sandbox, Session
+from sandboxes.models import ExecRecord, Sandbox, Session
 
 # Asked-for workload options that a sandbox may never have, and the error each gets.
 REFUSED_SANDBOX_OPTIONS = {
@@ -112,20 +112,63 @@ class ExecRequestSerializer(StrictSerializer):
     timeout = serializers.FloatField(required=False, min_value=1)
 
 
+@extend_schema_field({"type": "string"})
+class ExecOutputField(serializers.Field):
+    """A stream's kept bytes as text (undecodable bytes replaced)."""
+
+    def to_representation(self, value) -> str:
+        return bytes(value).decode(errors="replace")
+
+
 class ExecResultSerializer(serializers.Serializer):
+    id = serializers.UUIDField(help_text="The run's record in the session's exec journal.")
     exit_code = serializers.IntegerField()
-    stdout = serializers.SerializerMethodField()
-    stderr = serializers.SerializerMethodField()
+    stdout = ExecOutputField(read_only=True)
+    stderr = ExecOutputField(read_only=True)
     stdout_truncated = serializers.BooleanField()
     stderr_truncated = serializers.BooleanField()
     timed_out = serializers.BooleanField()
     duration_s = serializers.FloatField()
 
-    def get_stdout(self, result) -> str:
-        return result.stdout.decode(errors="replace")
 
-    def get_stderr(self, result) -> str:
-        return result.stderr.decode(errors="replace")
+class ExecRecordSerializer(serializers.ModelSerializer):
+    """A run in the exec journal, without its output."""
+
+    argv = serializers.ListField(child=serializers.CharField(), read_only=True)
+    env_names = serializers.ListField(child=serializers.CharField(), read_only=True)
+
+    class Meta:
+        model = ExecRecord
+        fields = [
+            "id",
+            "via",
+            "idempotency_key",
+            "argv",
+            "cwd",
+            "env_names",
+            "timeout_s",
+            "status",
+            "error",
+            "exit_code",
+            "timed_out",
+            "stdout_truncated",
+            "stderr_truncated",
+            "duration_s",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+
+class ExecRecordDetailSerializer(ExecRecordSerializer):
+    """A run with the output it kept (QUOR_EXEC_OUTPUT_LIMIT bytes of each stream)."""
+
+    stdout = ExecOutputField(read_only=True)
+    stderr = ExecOutputField(read_only=True)
+
+    class Meta(ExecRecordSerializer.Meta):
+        fields = [*ExecRecordSerializer.Meta.fields, "stdout", "stderr"]
+        read_only_fields = fields
 
 
 class FileEntrySerializer(serializers.Serializer):

@@ -31,6 +31,16 @@ urlpatterns = [
         "sessions/<str:session_id>/exec/", views.SessionExecView.as_view(), name="api-session-exec"
     ),
     path(
+        "sessions/<str:session_id>/execs/",
+        views.SessionExecRecordViewSet.as_view({"get": "list"}),
+        name="api-session-execs",
+    ),
+    path(
+        "sessions/<str:session_id>/execs/<str:exec_id>/",
+        views.SessionExecRecordViewSet.as_view({"get": "retrieve"}),
+        name="api-session-exec-record",
+    ),
+    path(
         "sessions/<str:session_id>/files/",
         views.SessionFilesView.as_view(),
         name="api-session-files",

@@ -22,6 +22,8 @@ from sandboxes.api.serializers import (
     AgentEventPageSerializer,
     AgentEventSerializer,
     ArchiveCheckSerializer,
+    ExecRecordDetailSerializer,
+    ExecRecordSerializer,
     ExecRequestSerializer,
     ExecResultSerializer,
     FileEntrySerializer,
@@ -262,30 +264,74 @@ class StartEmptyView(APIView):
         return Response(SandboxSerializer(sandbox).data)
 
 
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    {"type": "string", "pattern": r"^[\x21-\x7e]{1,255}$"},
+    OpenApiParameter.HEADER,
+    description="Any unique value (a UUID): a retry with the same key and request gets "
+    "the first run's result (`Idempotent-Replayed: true`) instead of a second run, 409 "
+    "`exec.in_progress` while it runs (with `Retry-After`) or `exec.interrupted` if its "
+    "process died, and 422 with another request. Kept QUOR_EXEC_JOURNAL_RETENTION_DAYS.",
+)
+
+
 class SessionExecView(APIView):
     required_permission = Permission.SANDBOX_USE
     required_scope = ServiceAccount.Scope.EXEC
 
     @extend_schema(
-        parameters=[SESSION_ID_IN_PATH],
+        parameters=[SESSION_ID_IN_PATH, IDEMPOTENCY_KEY],
         request=ExecRequestSerializer,
         responses=ExecResultSerializer,
     )
     def post(self, request, session_id):
-        """Runs argv (never a shell string) in the session's workspace, as the sandbox user."""
+        """Runs argv (never a shell string) in the session's workspace, as the sandbox
+        user; the run is in the session's exec journal before it starts."""
         session = services.session_in_use(request.user, session_id)
         serializer = ExecRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        result = services.sandbox_exec(
+        record = services.sandbox_exec(
             user=request.user,
             session=session,
             argv=data["argv"],
             cwd=data.get("cwd"),
             env=data.get("env"),
             timeout_s=data.get("timeout"),
+            idempotency_key=request.headers.get("Idempotency-Key", ""),
         )
-        return Response(ExecResultSerializer(result).data)
+        headers = {"Idempotent-Replayed": "true"} if record.replayed else None
+        return Response(ExecResultSerializer(record).data, headers=headers)
+
+
+class SessionExecRecordViewSet(viewsets.ViewSet):
+    """The session's exec journal: every command run through the API, newest first."""
+
+    required_permission = Permission.SANDBOX_USE
+    required_scope = ServiceAccount.Scope.EXEC
+    pagination_class = CursorPagination
+
+    @extend_schema(parameters=[SESSION_ID_IN_PATH], responses=ExecRecordSerializer(many=True))
+    def list(self, request, session_id):
+        pages = CursorPagination(request, ordering=("-started_at", "-id"))
+        session = services.session_in_use(request.user, session_id)
+        return pages.response(
+            session.exec_records.all(), lambda page: ExecRecordSerializer(page, many=True).data
+        )
+
+    @extend_schema(
+        parameters=[
+            SESSION_ID_IN_PATH,
+            OpenApiParameter("exec_id", OpenApiTypes.UUID, OpenApiParameter.PATH),
+        ],
+        responses=ExecRecordDetailSerializer,
+    )
+    def retrieve(self, request, session_id, exec_id):
+        """One run, with the output it kept."""
+        session = services.session_in_use(request.user, session_id)
+        return Response(
+            ExecRecordDetailSerializer(selectors.get_exec_record(session, exec_id)).data
+        )
 
 
 class SessionFilesView(APIView):

@@ -46,6 +46,7 @@ from sandboxes.backends.base import (
 from sandboxes.backends.execution import with_timeout
 from sandboxes.image import SESSIONS_DIR, WORKSPACE
 from sandboxes.models import (
+    ExecRecord,
     PooledRuntime,
     Sandbox,
     Session,
@@ -54,6 +55,7 @@ from sandboxes.models import (
     hash_token,
     new_secret_token,
 )
+from sandboxes.runtime import journal
 from sandboxes.runtime.pool import pool_take, runtime_spec
 from sandboxes.runtime.snapshots import (
     SnapshotDamaged,
@@ -777,20 +779,54 @@ def validate_exec_request(
 
 
 def sandbox_exec(
-    *, user, session: Session | None = None, argv, cwd=None, env=None, timeout_s=None
-) -> ExecResult:
+    *,
+    user,
+    session: Session | None = None,
+    argv,
+    cwd=None,
+    env=None,
+    timeout_s=None,
+    idempotency_key="",
+    via=ExecRecord.Via.API,
+) -> ExecRecord:
     """Runs argv in the user's sandbox as the sandbox user; with a session, inside its
-    workspace. A sandbox whose row says it runs the current image gets the command at
-    once, without the lifecycle lock: the command finds out itself if the runtime is gone
-    (RuntimeMissing, raised only when nothing started), and the sandbox is then ensured
-    and the command sent again."""
+    workspace. The run is in the exec journal before it starts: the record comes back
+    with the result, or, for an idempotency key used before, the first run's record
+    (sandboxes/runtime/journal.py)."""
     if session is not None and session.owner_id != user.pk:
         raise InvalidInput("The session belongs to another user.", code="exec.foreign_session")
     workspace = session_workspace(session) if session else WORKSPACE
     request = validate_exec_request(
         argv=argv, cwd=cwd, env=env, timeout_s=timeout_s, workspace=workspace
     )
-    check_sandbox_access(user)
+    idempotency_key = journal.clean_idempotency_key(idempotency_key)
+    membership = check_sandbox_access(user)
+    record = journal.exec_begin(
+        user=user,
+        organization=membership.organization,
+        session=session,
+        request=request,
+        idempotency_key=idempotency_key,
+        via=via,
+    )
+    if record.replayed:
+        return record
+    try:
+        result = _exec_in_sandbox(user, session, request)
+    except QuorError as exc:  # refused or unavailable before anything ran
+        journal.exec_not_started(record, exc.message)
+        raise
+    except Exception as exc:
+        journal.exec_interrupted(record, f"{type(exc).__name__}: {exc}")
+        raise
+    return journal.exec_finished(record, result)
+
+
+def _exec_in_sandbox(user, session: Session | None, request: ExecRequest) -> ExecResult:
+    """A sandbox whose row says it runs the current image gets the command at once,
+    without the lifecycle lock: the command finds out itself if the runtime is gone
+    (RuntimeMissing, raised only when nothing started), and the sandbox is then ensured
+    and the command sent again."""
     sandbox = get_or_create_sandbox(user=user)
     env = {**request.env, **sandbox_identity_environment(sandbox, session=session)}
     try:

@@ -14,7 +14,7 @@ from quor.filestore import file_store_check
 from quor.lib.errors import QuorError
 from sandboxes.backends.base import BackendError
 from sandboxes.models import Sandbox
-from sandboxes.runtime import services
+from sandboxes.runtime import journal, services
 from sandboxes.runtime.pool import pools_refill
 
 logger = logging.getLogger(__name__)
@@ -97,3 +97,15 @@ def reconcile_at_worker_start(sender, **kwargs):
         logger.error("%s: %s", exc.code, exc.message)
     except Exception:  # the worker still serves; it says why it could not check
         logger.exception("the file store could not be checked")
+
+
+@shared_task(name="sandboxes.tasks.mark_interrupted_execs")
+def mark_interrupted_execs() -> int:
+    """Beat, every minute: runs whose process died say so."""
+    return journal.execs_mark_interrupted()
+
+
+@shared_task(name="sandboxes.tasks.delete_old_exec_records")
+def delete_old_exec_records() -> int:
+    """Beat, hourly: records older than QUOR_EXEC_JOURNAL_RETENTION_DAYS."""
+    return journal.exec_records_delete_old()

@@ -41,7 +41,7 @@ from quor.lib.permissions import (
 from quor.models import AuditEntry, Membership, SingleSignOn, User
 from quor.service_accounts import service_account_create, service_account_token_create
 from sandboxes.library.files import library_file_put
-from sandboxes.models import Sandbox, ScheduledTask, Session, Skill
+from sandboxes.models import ExecRecord, Sandbox, ScheduledTask, Session, Skill
 from tests import factories
 from webapps.models import WebApp
 
@@ -147,6 +147,21 @@ def build_world():
     robot = service_account_create(organization=acme, name="CI", scopes=["sessions"])
     robot_token, _ = service_account_token_create(account=robot)
     own = {"session_id": session.pk, "label": webapp.label}
+    record = ExecRecord.objects.create(
+        organization=acme,
+        user=member,
+        session=session,
+        via=ExecRecord.Via.API,
+        request_hash="0" * 64,
+        argv=["true"],
+        cwd="/workspace",
+        timeout_s=10,
+        status=ExecRecord.Status.FINISHED,
+        runner="test",
+        exit_code=0,
+        started_at=timezone.now(),
+        deadline=timezone.now(),
+    )
     kwargs = {
         "session-detail": own,
         "session-follow-up": own,
@@ -173,6 +188,8 @@ def build_world():
         "api-approval-decision": {"approval_id": approval.pk},
         "api-session-approvals": own,
         "api-session-exec": own,
+        "api-session-execs": own,
+        "api-session-exec-record": {**own, "exec_id": record.pk},
         "api-session-files": own,
         "api-session-file-content": own,
         "api-session-files-archive": own,
@@ -230,6 +247,7 @@ def build_world():
         KnowledgeDocument: document.pk,
         Session: session.pk,
         ScheduledTask: task.pk,
+        ExecRecord: record.pk,
     }
     return World(personas, member, clients, table, admin_objects)
 

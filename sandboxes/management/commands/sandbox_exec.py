@@ -4,23 +4,26 @@ from django.core.management.base import BaseCommand, CommandError
 
 from quor.lib.errors import QuorError
 from sandboxes.management.commands._helpers import get_user_by_email
-from sandboxes.models import Session
+from sandboxes.models import ExecRecord, Session
 from sandboxes.runtime import services
 
 
 class Command(BaseCommand):
     help = (
         "Run argv in a user's sandbox as the sandbox user, print its output and exit with "
-        "its exit code. Usage: sandbox_exec EMAIL [--session ID] [--timeout S] -- ARGV..."
+        "its exit code. Usage: sandbox_exec EMAIL [--session ID] [--timeout S] "
+        "[--idempotency-key KEY] -- ARGV... The run is in the exec journal; with a key "
+        "used before, the first run's output is printed instead of a second run."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("email")
         parser.add_argument("--session", help="Run in this session's workspace.")
         parser.add_argument("--timeout", type=float, default=None)
+        parser.add_argument("--idempotency-key", default="")
         parser.add_argument("argv", nargs="+")
 
-    def handle(self, *args, email, session, timeout, argv, **options):
+    def handle(self, *args, email, session, timeout, idempotency_key, argv, **options):
         user = get_user_by_email(email)
         session_obj = None
         if session:
@@ -29,7 +32,12 @@ class Command(BaseCommand):
                 raise CommandError(f"{email} has no session {session}.")
         try:
             result = services.sandbox_exec(
-                user=user, session=session_obj, argv=argv, timeout_s=timeout
+                user=user,
+                session=session_obj,
+                argv=argv,
+                timeout_s=timeout,
+                idempotency_key=idempotency_key,
+                via=ExecRecord.Via.COMMAND,
             )
         except QuorError as exc:
             raise CommandError(exc.message) from None
@@ -39,6 +47,8 @@ class Command(BaseCommand):
         notes = []
         if result.stdout_truncated or result.stderr_truncated:
             notes.append("output truncated")
+        if result.replayed:
+            notes.append(f"the output of run {result.id}, started {result.started_at:%c}")
         if result.timed_out:
             notes.append(f"timed out after {timeout}s")
         if notes:
