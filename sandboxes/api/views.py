@@ -298,7 +298,7 @@ class SessionExecView(APIView):
             cwd=data.get("cwd"),
             env=data.get("env"),
             timeout_s=data.get("timeout"),
-            idempotency_key=request.headers.get("Idempotency-Key", ""),
+            idempotency_key=request.headers.get("Idempotency-Key"),
         )
         headers = {"Idempotent-Replayed": "true"} if record.replayed else None
         return Response(ExecResultSerializer(record).data, headers=headers)

@@ -50,8 +50,8 @@ class ExecStillRunning(Conflict):
 
 
 def clean_idempotency_key(value) -> str:
-    """The key as sent, "" for none; a 400 for a malformed one."""
-    if value in (None, ""):
+    """The key as sent, "" for none (None); a 400 for a malformed one, empty included."""
+    if value is None:
         return ""
     if not isinstance(value, str) or not IDEMPOTENCY_KEY.fullmatch(value):
         raise QuorError(

@@ -786,7 +786,7 @@ def sandbox_exec(
     cwd=None,
     env=None,
     timeout_s=None,
-    idempotency_key="",
+    idempotency_key=None,
     via=ExecRecord.Via.API,
 ) -> ExecRecord:
     """Runs argv in the user's sandbox as the sandbox user; with a session, inside its

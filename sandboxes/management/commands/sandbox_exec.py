@@ -20,7 +20,7 @@ class Command(BaseCommand):
         parser.add_argument("email")
         parser.add_argument("--session", help="Run in this session's workspace.")
         parser.add_argument("--timeout", type=float, default=None)
-        parser.add_argument("--idempotency-key", default="")
+        parser.add_argument("--idempotency-key")
         parser.add_argument("argv", nargs="+")
 
     def handle(self, *args, email, session, timeout, idempotency_key, argv, **options):
