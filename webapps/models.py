@@ -6,6 +6,9 @@ import uuid
 from django.conf import settings
 from django.db import models
 
+from quor.models import Organization
+from sandboxes.models import Session
+
 
 def new_label() -> str:
     """The app's host label: `<label>.<base domain>`. Random, so that app origins say
@@ -93,3 +96,21 @@ class PublicLinkVisit(models.Model):
 
     def __str__(self):
         return f"visit of {self.link_id} at {self.opened_at:%Y-%m-%d %H:%M:%S}"
+
+
+class PublicLinkPolicy(Organization):
+    """The organization's public link switch, as its admins see it in the admin site."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "public link policy"
+        verbose_name_plural = "public link policy"
+
+
+class SessionConfidentiality(Session):
+    """A session as its organization's admins mark it confidential (no public links)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "session confidentiality"
+        verbose_name_plural = "session confidentiality"

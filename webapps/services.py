@@ -317,6 +317,41 @@ def is_link_label(label: str) -> bool:
     return label.startswith(LINK_PREFIX)
 
 
+def organization_set_public_links(*, actor, organization, allowed: bool) -> None:
+    """An organization admin's switch. Off stops every link of the organization at the
+    next request (the proxy reads it afresh); the links stay, and work again if it is
+    turned back on before they expire."""
+    with transaction.atomic():
+        before = type(organization).objects.select_for_update().get(pk=organization.pk)
+        if before.allow_public_links == allowed:
+            return
+        type(organization).objects.filter(pk=organization.pk).update(allow_public_links=allowed)
+        audit_record(
+            "organization.public_links_changed",
+            target=organization,
+            organization=organization,
+            changes={"allow_public_links": [before.allow_public_links, allowed]},
+            actor=actor,
+        )
+
+
+def session_set_confidential(*, actor, session: Session, confidential: bool) -> None:
+    """An organization admin's mark: a confidential session's links stop at the next
+    request and no new one can be made."""
+    with transaction.atomic():
+        before = Session.objects.select_for_update().get(pk=session.pk)
+        if before.confidential == confidential:
+            return
+        Session.objects.filter(pk=session.pk).update(confidential=confidential)
+        audit_record(
+            "session.confidential_changed",
+            target=before,
+            organization=organization_of(before.owner),
+            changes={"confidential": [before.confidential, confidential]},
+            actor=actor,
+        )
+
+
 def public_link_create(
     *,
     user,
@@ -425,8 +460,9 @@ def get_public_link_for_owner(user, link_id) -> PublicLink:
 
 
 def public_link_revoke(*, user, link: PublicLink) -> None:
-    """Ends the link: the proxy checks the database on each visitor request, so the
-    next request is refused, and open WebSockets of the link close at the next check."""
+    """Ends the link (its owner through the API, an organization admin in the admin
+    site): the proxy reads the link on each visitor request, so the next request is
+    refused, and the link's open WebSockets close at the proxy's next check (5 s)."""
     with transaction.atomic():
         revoked = PublicLink.objects.filter(pk=link.pk, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
@@ -435,7 +471,7 @@ def public_link_revoke(*, user, link: PublicLink) -> None:
             audit_record(
                 "public_link.revoked",
                 target=link,
-                organization=organization_of(user),
+                organization=organization_of(link.webapp.session.owner),
                 changes={"webapp": link.webapp.label},
                 actor=user,
             )

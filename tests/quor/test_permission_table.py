@@ -43,7 +43,7 @@ from quor.service_accounts import service_account_create, service_account_token_
 from sandboxes.library.files import library_file_put
 from sandboxes.models import Sandbox, ScheduledTask, Session, Skill
 from tests import factories
-from webapps.models import PublicLink, WebApp
+from webapps.models import PublicLink, PublicLinkPolicy, SessionConfidentiality, WebApp
 
 Role = Membership.Role
 METHODS = ["get", "post", "put", "patch", "delete"]
@@ -229,6 +229,9 @@ def build_world():
         organization=acme, issuer="https://login.acme.test", client_id="quor"
     )
     admin_objects = {
+        PublicLink: link.pk,
+        PublicLinkPolicy: acme.pk,
+        SessionConfidentiality: session.pk,
         SingleSignOn: sso.pk,
         AuditEntry: entry.pk,
         Skill: skill.pk,
