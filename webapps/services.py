@@ -27,6 +27,7 @@ from sandboxes.runtime.services import (
     sandbox_touch,
     session_workspace,
 )
+from sandboxes.selectors import is_uuid
 from sandboxes.sessions.events import session_events_append
 from sandboxes.sessions.services import app_token_placeholders
 from webapps.models import PublicLink, PublicLinkVisit, WebApp
@@ -378,7 +379,7 @@ def public_link_create(
             "An admin marked this session confidential: it cannot have public links.",
             code="webapps.session_confidential",
         )
-    webapp = session.webapps.filter(pk=webapp_id).first()
+    webapp = session.webapps.filter(pk=webapp_id).first() if is_uuid(str(webapp_id)) else None
     if webapp is None:
         raise NotFound("No such web app in this session.", code="webapps.not_found")
     now = timezone.now()

@@ -161,6 +161,8 @@ def build_world():
         "session-rename": own,
         "session-delete": own,
         "webapp-view": own,
+        "session-public-link-create": own,
+        "session-public-link-revoke": {"session_id": session.pk, "link_id": link.pk},
         "webapp-open": own,
         "scheduled-detail": {"task_id": task.pk},
         "scheduled-edit": {"task_id": task.pk},
