@@ -6,6 +6,7 @@ side, through the real web app proxy processes: test_public_links.py.)"""
 from datetime import timedelta
 
 import pytest
+from django.test import Client
 from django.utils import timezone
 
 from quor.models import AuditEntry, Organization
@@ -15,6 +16,8 @@ from webapps import services as webapps
 from webapps.models import PublicLink, WebApp
 
 pytestmark = pytest.mark.django_db
+
+PASSWORD = "correct horse battery"
 
 
 @pytest.fixture
@@ -103,3 +106,63 @@ def test_a_revoked_link_is_gone_and_its_revocation_audited(client_for, owner, ap
     assert AuditEntry.objects.filter(action="public_link.revoked", target_id=link_id).count() == 1
     listed = client.get(f"/api/v1/sessions/{app_of_owner.session_id}/public-links/")
     assert listed.json()["results"] == []
+
+
+def test_the_session_page_makes_and_revokes_links_for_its_owner_only(
+    owner, colleague, app_of_owner
+):
+    page = Client()
+    page.force_login(owner)
+    session_url = f"/sessions/{app_of_owner.session_id}/"
+    made = page.post(
+        f"{session_url}public-links",
+        {"webapp": str(app_of_owner.pk), "days": "3", "password": PASSWORD},
+    )
+    assert made.status_code == 302
+    link = PublicLink.objects.get()
+    assert link.visitor_auth == "password" and link.password_hash != PASSWORD
+    assert timedelta(days=2, hours=23) < link.expires_at - timezone.now() <= timedelta(days=3)
+    assert link.label in page.get(session_url).content.decode()
+
+    intruder = Client()
+    intruder.force_login(colleague)
+    revoke_url = f"{session_url}public-links/{link.pk}/revoke"
+    assert intruder.post(revoke_url).status_code == 404
+    assert (
+        intruder.post(f"{session_url}public-links", {"webapp": str(app_of_owner.pk)}).status_code
+        == 404
+    )
+    assert page.post(revoke_url).status_code == 302
+    link.refresh_from_db()
+    assert link.revoked_at is not None
+
+
+def test_an_organization_admin_switches_links_and_marks_sessions_confidential(
+    org_admin, org, app_of_owner
+):
+    admin_site = Client()
+    admin_site.force_login(org_admin)
+    policy = admin_site.post(f"/admin/webapps/publiclinkpolicy/{org.pk}/change/", {})
+    assert policy.status_code == 302
+    org.refresh_from_db()
+    assert org.allow_public_links is False
+    marked = admin_site.post(
+        f"/admin/webapps/sessionconfidentiality/{app_of_owner.session_id}/change/",
+        {"confidential": "on"},
+    )
+    assert marked.status_code == 302
+    assert Session.objects.get(pk=app_of_owner.session_id).confidential
+    changes = dict(AuditEntry.objects.values_list("action", "actor"))
+    assert changes["organization.public_links_changed"] == org_admin.pk
+    assert changes["session.confidential_changed"] == org_admin.pk
+
+
+def test_a_member_cannot_switch_links_on(owner, org):
+    Organization.objects.filter(pk=org.pk).update(allow_public_links=False)
+    admin_site = Client()
+    admin_site.force_login(owner)
+    admin_site.post(
+        f"/admin/webapps/publiclinkpolicy/{org.pk}/change/", {"allow_public_links": "on"}
+    )
+    org.refresh_from_db()
+    assert org.allow_public_links is False
