@@ -20,11 +20,18 @@ CHANGE_ONLY = {
 
 @admin.register(PublicLinkPolicy)
 class PublicLinkPolicyAdmin(OrganizationAdminAccess, admin.ModelAdmin):
-    organization_field = "pk"
     admin_permissions = CHANGE_ONLY
     list_display = ["name", "allow_public_links"]
     fields = ["name", "allow_public_links"]
     readonly_fields = ["name"]
+
+    def get_queryset(self, request):
+        """The organization itself is the row: its admins see only their own."""
+        queryset = admin.ModelAdmin.get_queryset(self, request)
+        if request.user.is_superuser:
+            return queryset
+        membership = self._membership_with(request, Permission.ORGANIZATION_VIEW)
+        return queryset.filter(pk=membership.organization_id) if membership else queryset.none()
 
     def has_add_permission(self, request):
         return False

@@ -581,14 +581,18 @@ class ViewerConnection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def write(self, data: bytes) -> None:
+        if self.link is not None:  # counted when written, held or not: finish() counts it
+            self.link_bytes += len(data)
         if self.held is not None:
             self.held.append(data)
-        elif not self.closed:
+        else:
+            self.send(data)
+
+    def send(self, data: bytes) -> None:
+        if not self.closed:
             self.transport.write(data)
-            if self.link is not None:
-                self.link_bytes += len(data)
-                if self.link_bytes >= LINK_BYTES_FLUSH:
-                    self.link_bytes_flush()
+            if self.link_bytes >= LINK_BYTES_FLUSH:
+                self.link_bytes_flush()
 
     def link_bytes_flush(self) -> None:
         """Adds what the link served to its count in Redis, shared by every proxy
@@ -607,7 +611,7 @@ class ViewerConnection(asyncio.Protocol):
     def release_writes(self) -> None:
         held, self.held = self.held, None
         if held:
-            self.write(b"".join(held))
+            self.send(b"".join(held))  # counted already
 
     def close(self) -> None:
         if not self.closed:

@@ -341,7 +341,7 @@ def fill_route(route, values):
     for key, value in values.items():
         path = path.replace(f"(?P<{key}>\\d+)", str(value))
         path = path.replace(f"(?P<{key}>[^/.]+)", str(value))
-        for converter in ("str:", "int:", "slug:", ""):
+        for converter in ("str:", "int:", "slug:", "uuid:", ""):
             path = path.replace(f"<{converter}{key}>", str(value))
     return "/" + path.replace("^", "").replace("$", "")
 

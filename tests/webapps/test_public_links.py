@@ -111,7 +111,7 @@ def test_a_visitor_gets_the_app_and_nothing_of_quor(webapp, owner):
     assert "HttpOnly" in cookie[0] and "Domain" not in cookie[0]
     assert response.getheader("Content-Security-Policy") == header_rules.SANDBOX_CSP
     # Quor's URLs on the link's host are the app's paths, never Quor's answers.
-    api = visit(link, "/api/v1/sessions/")
+    api = visit(link, "/api/v1/sessions/", headers={"Cookie": cookie[0].split(";")[0]})
     assert json.loads(api.read())["path"] == "/api/v1/sessions/"
     # The visit is recorded: who opened what.
     (opened,) = PublicLinkVisit.objects.filter(link=link)
