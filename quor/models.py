@@ -60,6 +60,11 @@ class Organization(models.Model):
     workspace_instructions = models.TextField(
         blank=True, help_text="Written into every session's agent instructions."
     )
+    allow_public_links = models.BooleanField(
+        default=False,
+        help_text="Members may give people outside Quor a link to a web app of a session. "
+        "Switching it off stops every link of the organization at once.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -414,6 +414,12 @@ QUOR_WEBAPP_BASE_URL = env("QUOR_WEBAPP_BASE_URL", "http://localhost:8001")
 QUOR_WEBAPP_PROXY_BIND = env("QUOR_WEBAPP_PROXY_BIND", "127.0.0.1:8001")
 # Seconds a viewer's web app cookie stays valid before a new hand-off from Quor.
 QUOR_WEBAPP_COOKIE_SECONDS = envint("QUOR_WEBAPP_COOKIE_SECONDS", 12 * 3600)
+# Longest life a public link to a web app may be given, in days.
+QUOR_PUBLIC_LINK_MAX_DAYS = envint("QUOR_PUBLIC_LINK_MAX_DAYS", 30)
+# Most requests per minute a public link may allow (also its default), across all proxies.
+QUOR_PUBLIC_LINK_MAX_REQUESTS_PER_MINUTE = envint("QUOR_PUBLIC_LINK_MAX_REQUESTS_PER_MINUTE", 600)
+# Most bytes a public link may serve over its life (also its default), across all proxies.
+QUOR_PUBLIC_LINK_MAX_BANDWIDTH_BYTES = envint("QUOR_PUBLIC_LINK_MAX_BANDWIDTH_BYTES", 5 * 1024**3)
 # Seconds a request parked for the user's approval waits before it fails closed.
 QUOR_APPROVAL_TIMEOUT_SECONDS = envint("QUOR_APPROVAL_TIMEOUT_SECONDS", 300)
 # Where the proxy keeps its CA (created on first start, then kept).

@@ -228,6 +228,11 @@ class Session(models.Model):
         default=Sharing.PRIVATE,
         help_text="Who may open the session's web apps (never the conversation or files).",
     )
+    confidential = models.BooleanField(
+        default=False,
+        help_text="Set by an organization admin: no public link to this session's web apps; "
+        "existing links stop working at once.",
+    )
     skills = models.JSONField(default=list, blank=True, help_text="Names of the Skills chosen.")
     apps = models.ManyToManyField(
         "integrations.App",

@@ -1,11 +1,14 @@
 """The session UI: server-rendered pages over the same services as the API."""
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.contrib import messages
 from django.db.models import Max
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -18,6 +21,7 @@ from sandboxes.models import Sandbox, Session, Skill
 from sandboxes.runtime import services
 from sandboxes.scheduling import views as scheduled_views
 from sandboxes.sessions import services as sessions
+from webapps import services as webapp_services
 from webapps.services import session_set_sharing, webapp_payload
 
 
@@ -169,9 +173,60 @@ def _session_page(request, session, *, follow_up=None, status=200):
             "sharing_choices": Session.Sharing.choices,
             "follow_up": follow_up or {"text": "", "error": ""},
             "max_prompt_chars": settings.QUOR_MAX_PROMPT_CHARS,
+            "public_links_allowed": _public_links_allowed(request.user, session),
+            "public_links": [
+                webapp_services.public_link_payload(link)
+                for link in webapp_services.public_links_of(session)
+            ],
+            "public_link_max_days": settings.QUOR_PUBLIC_LINK_MAX_DAYS,
         },
         status=status,
     )
+
+
+def _public_links_allowed(user, session) -> bool:
+    organization = user.membership.organization
+    return organization.allow_public_links and not session.confidential
+
+
+@page_requires(Permission.SANDBOX_USE)
+@require_POST
+def session_public_link_create(request, session_id):
+    """The session page's form: a link for one of its web apps, for `days` days."""
+    session = _session_or_404(request.user, session_id)
+    password = request.POST.get("password", "")
+    days = request.POST.get("days", "")
+    days = int(days) if days.isdigit() and len(days) <= 4 else 0  # else refused as no expiry
+    try:
+        link = webapp_services.public_link_create(
+            user=request.user,
+            session=session,
+            webapp_id=request.POST.get("webapp", ""),
+            expires_at=timezone.now() + timedelta(days=days),
+            visitor_auth="password" if password else "none",
+            password=password,
+        )
+    except QuorError as exc:
+        messages.error(request, exc.message)
+    else:
+        url = webapp_services.public_link_payload(link)["url"]
+        messages.success(request, f"Public link made: {url}")
+    return redirect("session-detail", session_id=session.pk)
+
+
+@page_requires(Permission.SANDBOX_USE)
+@require_POST
+def session_public_link_revoke(request, session_id, link_id):
+    session = _session_or_404(request.user, session_id)
+    try:
+        link = webapp_services.get_public_link_for_owner(request.user, link_id)
+    except QuorError:
+        raise Http404("No such public link.") from None
+    if link.webapp.session_id != session.pk:
+        raise Http404("No such public link.")
+    webapp_services.public_link_revoke(user=request.user, link=link)
+    messages.success(request, "Public link revoked: it no longer opens the app.")
+    return redirect("session-detail", session_id=session.pk)
 
 
 def _session_sharing(request, session):

@@ -3,7 +3,11 @@
 import secrets
 import uuid
 
+from django.conf import settings
 from django.db import models
+
+from quor.models import Organization
+from sandboxes.models import Session
 
 
 def new_label() -> str:
@@ -36,3 +40,77 @@ class WebApp(models.Model):
 
     def __str__(self):
         return f"{self.label} (port {self.port})"
+
+
+def new_link_label() -> str:
+    """A public link's host label: `<label>.<base domain>`, an origin of its own (never
+    Quor's, never the app's private one). 128 random bits: the link is its own secret."""
+    return "p" + secrets.token_hex(16)
+
+
+class PublicLink(models.Model):
+    """A link that lets people outside Quor open one web app until it expires or is
+    revoked, within its quotas (webapps/services.py, webapps/proxy.py)."""
+
+    class VisitorAuth(models.TextChoices):
+        NONE = "none", "Anyone with the link"
+        PASSWORD = "password", "A password"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    webapp = models.ForeignKey(WebApp, on_delete=models.CASCADE, related_name="public_links")
+    label = models.CharField(max_length=40, unique=True, default=new_link_label, editable=False)
+    visitor_auth = models.CharField(
+        max_length=10, choices=VisitorAuth.choices, default=VisitorAuth.NONE
+    )
+    password_hash = models.CharField(max_length=200, blank=True)
+    requests_per_minute = models.PositiveIntegerField()
+    bandwidth_bytes = models.PositiveBigIntegerField(
+        help_text="Bytes the link may serve to visitors over its whole life."
+    )
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="public_links"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"public link {self.label} to {self.webapp.label}"
+
+
+class PublicLinkVisit(models.Model):
+    """A visitor opened a link (the first request of a browser, or a password accepted):
+    who opened what, for the audit."""
+
+    link = models.ForeignKey(PublicLink, on_delete=models.CASCADE, related_name="visits")
+    opened_at = models.DateTimeField(auto_now_add=True)
+    address = models.GenericIPAddressField(null=True)
+    user_agent = models.CharField(max_length=300, blank=True)
+    authenticated_by = models.CharField(max_length=10, blank=True)
+
+    class Meta:
+        ordering = ["-opened_at"]
+
+    def __str__(self):
+        return f"visit of {self.link_id} at {self.opened_at:%Y-%m-%d %H:%M:%S}"
+
+
+class PublicLinkPolicy(Organization):
+    """The organization's public link switch, as its admins see it in the admin site."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "public link policy"
+        verbose_name_plural = "public link policy"
+
+
+class SessionConfidentiality(Session):
+    """A session as its organization's admins mark it confidential (no public links)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "session confidentiality"
+        verbose_name_plural = "session confidentiality"

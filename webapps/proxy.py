@@ -28,7 +28,7 @@ from django.templatetags.static import static
 
 from quor.lib import metrics
 from webapps import headers as header_rules
-from webapps import services
+from webapps import link_quotas, services
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +55,10 @@ MAX_HEAD_BYTES = 64 * 1024
 HOST_SHAPE = re.compile(r"([a-z0-9._-]+|\[[0-9a-f:.]+\])(:[0-9]+)?", re.IGNORECASE)
 
 NOT_FOUND = b"Not found.\n"
+# A public link's password form: the most body it reads.
+MAX_FORM_BYTES = 4096
+# Bytes served to a link's visitors are added to its count in Redis at least this often.
+LINK_BYTES_FLUSH = 1024 * 1024
 REASONS = {status.value: status.phrase for status in http.HTTPStatus}
 LAST_CHUNK = b"0\r\n\r\n"
 # How a response body is framed: its own Content-Length (or none at all), re-chunked,
@@ -89,6 +93,33 @@ def _webapp_for(user_id, label):
     return webapp, services.upstream_address(webapp), waking
 
 
+@database_sync_to_async
+def _link_for(label):
+    """(link, upstream address, waking) if visitors may use the link now, else
+    (None, None, False). Never cached: revocation, expiry, a confidential session and
+    the organization's switch take effect at the next request."""
+    from django.db import close_old_connections
+
+    close_old_connections()
+    link = services.public_link_for_visitor(label)
+    if link is None:
+        return None, None, False
+    waking = services.webapp_opened(link.webapp)
+    return link, services.upstream_address(link.webapp), waking
+
+
+@database_sync_to_async
+def _password_matches(link, password):
+    return services.public_link_password_matches(link, password)
+
+
+@database_sync_to_async
+def _visit_record(link, address, user_agent, authenticated_by):
+    services.public_link_visit_record(
+        link=link, address=address, user_agent=user_agent, authenticated_by=authenticated_by
+    )
+
+
 def _remember(cache: dict, key, value, now: float) -> None:
     """Caches `value` for ACCESS_CACHE_SECONDS; never more than ACCESS_CACHE_ENTRIES."""
     if len(cache) >= ACCESS_CACHE_ENTRIES:
@@ -114,6 +145,7 @@ PAGE_TITLES = {
     400: "Bad request",
     403: "Not allowed",
     404: "App not found",
+    429: "Too many requests",
     502: "The app did not answer",
     503: "The app is not running",
 }
@@ -123,6 +155,28 @@ PAGE_TITLES = {
 def _stylesheet() -> str:
     """Quor's stylesheet on Quor's origin: the page is on the app's."""
     return settings.QUOR_PUBLIC_URL.rstrip("/") + static("quor/quor.css")
+
+
+def _password_page(status: int, next_path: str, wrong: bool) -> tuple[list, bytes]:
+    """A public link's password form. Not under the sandbox CSP (an opaque origin would
+    make the cookie its answer sets a third-party one): a CSP with no script at all."""
+    body = render_to_string(
+        "webapps/link_password.html",
+        {
+            "stylesheet": _stylesheet(),
+            "action": services.LINK_PASSWORD_PATH,
+            "next": services.safe_next(next_path),
+            "wrong": wrong,
+        },
+    ).encode()
+    quor_origin = settings.QUOR_PUBLIC_URL.rstrip("/")
+    csp = f"default-src 'none'; style-src {quor_origin}; form-action 'self'; frame-ancestors 'none'"
+    return [
+        ("content-type", "text/html; charset=utf-8"),
+        ("content-length", str(len(body))),
+        ("cache-control", "no-store"),
+        ("content-security-policy", csp),
+    ], body
 
 
 def _page(status: int, message: str, location=None, refresh=None) -> tuple[list, bytes]:
@@ -148,10 +202,10 @@ class Request:
     """One viewer request, from its head to the end of the proxy's response."""
 
     __slots__ = (
-        "app_framing", "chunked", "complete", "discard", "done", "expect_continue",
-        "fields", "framing", "has_body", "head_bytes", "headers", "http11", "keep_alive",
-        "method", "pending", "responded", "retried", "sending", "status", "target",
-        "viewer", "websocket",
+        "app_framing", "chunked", "collect", "complete", "discard", "done",
+        "expect_continue", "fields", "framing", "has_body", "head_bytes", "headers",
+        "http11", "keep_alive", "method", "pending", "responded", "retried", "sending",
+        "set_cookie", "status", "target", "viewer", "websocket",
     )  # fmt: skip
 
     def __init__(self):
@@ -176,6 +230,9 @@ class Request:
         self.head_bytes = 0
         self.fields = {}
         self.viewer = None  # (user id, app label), once the viewer's cookie names them
+        # (None, link label) for a public link's visitor.
+        self.collect = False  # a link's password form: served once its body is read
+        self.set_cookie = ""  # a link's visitor cookie, added to the app's response
 
     def header(self, name: str) -> str:
         return self.fields.get(name, "")
@@ -240,11 +297,24 @@ class WebAppProxy:
         self._viewers: dict[tuple[str, str], tuple[float, int]] = {}
         self._labels: dict[str, str | None] = {}
         self._idle: dict[tuple[str, int], list[tuple[float, AppConnection]]] = {}
-        self._tunnels: dict[ViewerConnection, tuple[int, str]] = {}
+        self._tunnels: dict[ViewerConnection, tuple[int | None, str]] = {}
+        self._background: set[asyncio.Future] = set()
         self._tunnel_checks = None
 
     def connection(self) -> "ViewerConnection":
         return ViewerConnection(self)
+
+    def background(self, work, failure: str) -> None:
+        """Runs `work` without a viewer waiting on it; a failure is logged."""
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+
+        def done(task):
+            self._background.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                logger.warning("web app proxy: %s (%s)", failure, task.exception())
+
+        task.add_done_callback(done)
 
     def label(self, host: str) -> str | None:
         """The app label of a Host header (remembered: every request asks)."""
@@ -294,8 +364,12 @@ class WebAppProxy:
             while self._tunnels:
                 await asyncio.sleep(ACCESS_CACHE_SECONDS)
                 for viewer, (user_id, label) in list(self._tunnels.items()):
+                    viewer.link_bytes_flush()
                     try:
-                        webapp = (await self.access(user_id, label))[0]
+                        if user_id is None:  # a public link's visitor: the link, afresh
+                            webapp = (await _link_for(label))[0]
+                        else:
+                            webapp = (await self.access(user_id, label))[0]
                     except Exception:  # the database: keep the tunnel, ask again later
                         logger.exception("web app proxy: could not check a tunnel's access")
                         continue
@@ -441,6 +515,8 @@ class ViewerConnection(asyncio.Protocol):
         self.task = None
         self.idle = None
         self.last_active = 0.0
+        self.link = None  # the public link a visitor's current request or tunnel uses
+        self.link_bytes = 0  # served on it and not yet counted in Redis
 
     # --- the viewer's socket --------------------------------------------------------------
 
@@ -452,6 +528,7 @@ class ViewerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc):
         self.closed = True
+        self.link_bytes_flush()
         self.proxy.tunnel_closed(self)
         if self.idle is not None:
             self.idle.cancel()
@@ -504,10 +581,29 @@ class ViewerConnection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def write(self, data: bytes) -> None:
+        if self.link is not None:  # counted when written, held or not: finish() counts it
+            self.link_bytes += len(data)
         if self.held is not None:
             self.held.append(data)
-        elif not self.closed:
+        else:
+            self.send(data)
+
+    def send(self, data: bytes) -> None:
+        if not self.closed:
             self.transport.write(data)
+            if self.link_bytes >= LINK_BYTES_FLUSH:
+                self.link_bytes_flush()
+
+    def link_bytes_flush(self) -> None:
+        """Adds what the link served to its count in Redis, shared by every proxy
+        process (checked before each of the link's requests)."""
+        if self.link is None or not self.link_bytes:
+            return
+        size, self.link_bytes = self.link_bytes, 0
+        self.proxy.background(
+            link_quotas.bytes_add(self.link.pk, size, self.link.expires_at),
+            "could not count a public link's bytes",
+        )
 
     def hold_writes(self) -> None:
         self.held = []
@@ -515,7 +611,7 @@ class ViewerConnection(asyncio.Protocol):
     def release_writes(self) -> None:
         held, self.held = self.held, None
         if held:
-            self.write(b"".join(held))
+            self.send(b"".join(held))  # counted already
 
     def close(self) -> None:
         if not self.closed:
@@ -576,6 +672,9 @@ class ViewerConnection(asyncio.Protocol):
         request = self.parsing
         if request.discard:
             return
+        if request.collect and sum(map(len, request.pending)) + len(body) > MAX_FORM_BYTES:
+            request.collect = False
+            return self.reply(request, 413, "That form is too large.", close=True)
         if request.sending:
             self.app.transport.write(request.body_for_app(body))
         else:
@@ -584,6 +683,9 @@ class ViewerConnection(asyncio.Protocol):
     def on_message_complete(self):
         request = self.parsing
         request.complete = True
+        if request.collect:  # a link's password form, read whole
+            request.collect = False
+            return self.serve(request)
         if request.sending and request.chunked and not request.discard:
             self.app.transport.write(LAST_CHUNK)
         if request.done:
@@ -596,6 +698,12 @@ class ViewerConnection(asyncio.Protocol):
         if label is None:  # this process serves nothing of Quor's
             headers = [("content-type", "text/plain; charset=utf-8"), ("content-length", "11")]
             return self.respond(request, 404, headers, NOT_FOUND)
+        if services.is_link_label(label):
+            form = request.path == services.LINK_PASSWORD_PATH and request.method == "POST"
+            if form and not request.complete:
+                request.collect = True  # on_message_complete serves it
+                return None
+            return self.run(request, self.serve_link(request, label))
         if request.path == services.HANDOFF_PATH:
             return self.run(request, self.handoff(request, label))
         if request.header("sec-fetch-dest") == "document":
@@ -611,6 +719,75 @@ class ViewerConnection(asyncio.Protocol):
         if found is None:
             return self.run(request, self.check_access(request, user_id, label))
         self.proceed(request, label, *found)
+
+    async def serve_link(self, request: Request, label: str):
+        """A public link's visitor: the link must be usable now, within its quotas, and
+        the visitor past its password if it has one. Then relayed as a viewer's request
+        is, with the same headers removed; the visitor's only cookie is the link's own."""
+        link, address, waking = await _link_for(label)
+        if link is None:
+            return self.reply(request, 404, "There is no such link, or it has ended.")
+        refused, retry_after = await link_quotas.request_take(link)
+        if refused == link_quotas.REQUESTS_USED_UP:
+            message = "This link had too many requests this minute. Try again shortly."
+            return self.reply(request, 429, message, retry_after=retry_after)
+        if refused == link_quotas.BANDWIDTH_USED_UP:
+            return self.reply(request, 429, "This link has served all it may serve.")
+        if request.path == services.LINK_PASSWORD_PATH:
+            return await self.link_password(request, link)
+        if request.path.startswith("/__quor/"):
+            return self.reply(request, 404, "Not found.")
+        if not self.link_visitor(request, link):
+            if link.visitor_auth == link.VisitorAuth.PASSWORD:
+                headers, body = _password_page(401, request.target, wrong=False)
+                return self.respond(request, 401, headers, body)
+            await _visit_record(link, self.peer(), request.header("user-agent"), "")
+            request.set_cookie = services.link_visitor_cookie(link)
+        request.viewer = (None, label)
+        self.link = link
+        self.proceed(request, label, link.webapp, address, waking)
+
+    def link_visitor(self, request: Request, link) -> bool:
+        cookies = SimpleCookie()
+        try:
+            cookies.load(request.header("cookie"))
+        except Exception:
+            return False
+        morsel = cookies.get(services.LINK_COOKIE)
+        return morsel is not None and services.link_visitor_admitted(morsel.value, link)
+
+    async def link_password(self, request: Request, link):
+        """The password form (GET) and its answer (POST): attempts are limited per
+        visitor address and link, across proxy processes."""
+        if link.visitor_auth != link.VisitorAuth.PASSWORD:
+            return self.reply(request, 404, "Not found.")
+        query = parse_qs(request.target.partition("?")[2])
+        if request.method != "POST":
+            headers, body = _password_page(200, query.get("next", ["/"])[0], wrong=False)
+            return self.respond(request, 200, headers, body)
+        if not await link_quotas.password_attempt_take(link.pk, self.peer() or ""):
+            message = "Too many wrong passwords from your address. Try again later."
+            retry_after = link_quotas.PASSWORD_WINDOW_SECONDS
+            return self.reply(request, 429, message, retry_after=retry_after)
+        form = parse_qs(b"".join(request.pending).decode("utf-8", "replace"))
+        request.pending = []
+        next_path = services.safe_next(form.get("next", ["/"])[0])
+        if not await _password_matches(link, form.get("password", [""])[0]):
+            headers, body = _password_page(403, next_path, wrong=True)
+            return self.respond(request, 403, headers, body)
+        await _visit_record(link, self.peer(), request.header("user-agent"), "password")
+        headers = [
+            ("location", next_path),
+            ("set-cookie", services.link_visitor_cookie(link)),
+            ("cache-control", "no-store"),
+            ("content-length", "0"),
+        ]
+        self.respond(request, 303, headers, b"")
+
+    def peer(self) -> str | None:
+        """The visitor's address as the proxy sees it (behind a front proxy: its own)."""
+        peername = self.transport.get_extra_info("peername") if self.transport else None
+        return peername[0] if peername else None
 
     async def check_access(self, request, user_id, label):
         self.proceed(request, label, *await self.proxy.access(user_id, label))
@@ -683,9 +860,19 @@ class ViewerConnection(asyncio.Protocol):
     # --- answering ---------------------------------------------------------------------------
 
     def reply(
-        self, request, status: int, message: str, *, location=None, refresh=None, close=False
+        self,
+        request,
+        status: int,
+        message: str,
+        *,
+        location=None,
+        refresh=None,
+        retry_after=None,
+        close=False,
     ):
         headers, body = _page(status, message, location, refresh)
+        if retry_after:
+            headers.append(("retry-after", str(retry_after)))
         self.respond(request, status, headers, body, close=close)
 
     def respond(self, request: Request, status: int, headers, body: bytes, *, close=False):
@@ -731,6 +918,8 @@ class ViewerConnection(asyncio.Protocol):
             else UNTIL_CLOSE
         )
         returned = header_rules.response_headers_to_return(headers)
+        if request.set_cookie:  # after the app's own were removed: only the link's
+            returned.append(("set-cookie", request.set_cookie))
         if request.method == "HEAD" or status in (204, 304) or request.app_framing == AS_IS:
             request.framing = AS_IS
         elif request.http11:
@@ -806,6 +995,9 @@ class ViewerConnection(asyncio.Protocol):
     def finish(self, request: Request, *, close: bool = False) -> None:
         request.done = True
         self.log(request)
+        self.link_bytes_flush()
+        if self.tunnel is None:
+            self.link = None
         if close or not request.keep_alive:
             self.close()
         elif request.complete:

@@ -5,14 +5,17 @@ that app's host only)."""
 import functools
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 from urllib.parse import urlencode, urlsplit
 
 from django.conf import settings
+from django.contrib.auth.hashers import check_password, make_password
 from django.core import signing
 from django.db import transaction
+from django.utils import timezone
 
 from quor.audit import audit_record, organization_of
-from quor.lib.errors import InvalidInput, NotFound
+from quor.lib.errors import AccessDenied, InvalidInput, NotFound
 from quor.lib.permissions import Permission, role_has
 from quor.lib.tasks import send_on_commit
 from sandboxes import image
@@ -24,9 +27,10 @@ from sandboxes.runtime.services import (
     sandbox_touch,
     session_workspace,
 )
+from sandboxes.selectors import is_uuid
 from sandboxes.sessions.events import session_events_append
 from sandboxes.sessions.services import app_token_placeholders
-from webapps.models import WebApp
+from webapps.models import PublicLink, PublicLinkVisit, WebApp
 
 logger = logging.getLogger(__name__)
 
@@ -221,13 +225,14 @@ def viewer_url(label: str, next_path: str) -> str:
     return f"{settings.QUOR_PUBLIC_URL.rstrip('/')}/webapps/{label}/?{query}"
 
 
-def viewer_cookie_attributes() -> str:
+def viewer_cookie_attributes(max_age: int | None = None) -> str:
     """Host-only (no Domain), HttpOnly. SameSite=None, so that it also travels from
     the preview iframe (an opaque origin); that needs Secure, which browsers accept
     over https and on *.localhost. Elsewhere over plain http: Lax (previews that load
     sub-resources may then ask to open the app in a tab)."""
     origin = app_origin()
-    base = f"Path=/; HttpOnly; Max-Age={settings.QUOR_WEBAPP_COOKIE_SECONDS}"
+    max_age = settings.QUOR_WEBAPP_COOKIE_SECONDS if max_age is None else max_age
+    base = f"Path=/; HttpOnly; Max-Age={max_age}"
     if origin.scheme == "https" or origin.base_host == "localhost":
         # Partitioned (CHIPS): browsers that block third-party cookies keep it for the
         # preview inside Quor's page, and only there.
@@ -293,3 +298,256 @@ def webapps_restart(sandbox: Sandbox) -> list[WebApp]:
             problem = result.stderr.decode(errors="replace")[-300:]
             logger.warning("web app %s could not be started again: %s", webapp.label, problem)
     return list(webapps)
+
+
+# --- public links ---------------------------------------------------------------------------
+#
+# A public link is its own origin (`p<hex>.<app base host>`): a visitor never shares an
+# origin with Quor or with the app's private host, so no Quor cookie, session, file or
+# event is within reach, and the proxy relays to the app with the same headers removed.
+
+LINK_PREFIX = "p"
+LINK_VISITOR_SALT = "quor.webapps.link-visitor"
+LINK_COOKIE = "quor_link"
+LINK_PASSWORD_PATH = "/__quor/link-password"  # noqa: S105 (a path, not a password)
+MIN_LINK_PASSWORD_CHARS = 8
+MAX_LINK_PASSWORD_CHARS = 200
+
+
+def is_link_label(label: str) -> bool:
+    return label.startswith(LINK_PREFIX)
+
+
+def organization_set_public_links(*, actor, organization, allowed: bool) -> None:
+    """An organization admin's switch. Off stops every link of the organization at the
+    next request (the proxy reads it afresh); the links stay, and work again if it is
+    turned back on before they expire."""
+    with transaction.atomic():
+        before = type(organization).objects.select_for_update().get(pk=organization.pk)
+        if before.allow_public_links == allowed:
+            return
+        type(organization).objects.filter(pk=organization.pk).update(allow_public_links=allowed)
+        audit_record(
+            "organization.public_links_changed",
+            target=organization,
+            organization=organization,
+            changes={"allow_public_links": [before.allow_public_links, allowed]},
+            actor=actor,
+        )
+
+
+def session_set_confidential(*, actor, session: Session, confidential: bool) -> None:
+    """An organization admin's mark: a confidential session's links stop at the next
+    request and no new one can be made."""
+    with transaction.atomic():
+        before = Session.objects.select_for_update().get(pk=session.pk)
+        if before.confidential == confidential:
+            return
+        Session.objects.filter(pk=session.pk).update(confidential=confidential)
+        audit_record(
+            "session.confidential_changed",
+            target=before,
+            organization=organization_of(before.owner),
+            changes={"confidential": [before.confidential, confidential]},
+            actor=actor,
+        )
+
+
+def public_link_create(
+    *,
+    user,
+    session: Session,
+    webapp_id,
+    expires_at,
+    visitor_auth: str = PublicLink.VisitorAuth.NONE,
+    password: str = "",
+    requests_per_minute: int | None = None,
+    bandwidth_bytes: int | None = None,
+) -> PublicLink:
+    """A link to one of the owner's web apps for people outside Quor, where the
+    organization allows them and the session is not confidential."""
+    if session.owner_id != user.pk:
+        raise NotFound("No such session.")
+    organization = organization_of(user)
+    if organization is None or not organization.allow_public_links:
+        raise AccessDenied(
+            "Your organization does not allow public links to web apps.",
+            code="webapps.public_links_not_allowed",
+        )
+    if session.confidential:
+        raise AccessDenied(
+            "An admin marked this session confidential: it cannot have public links.",
+            code="webapps.session_confidential",
+        )
+    webapp = session.webapps.filter(pk=webapp_id).first() if is_uuid(str(webapp_id)) else None
+    if webapp is None:
+        raise NotFound("No such web app in this session.", code="webapps.not_found")
+    now = timezone.now()
+    longest = timedelta(days=settings.QUOR_PUBLIC_LINK_MAX_DAYS)
+    if not now < expires_at <= now + longest:
+        raise InvalidInput(
+            f"expires_at must be in the future and at most {longest.days} days away.",
+            code="webapps.invalid_link_expiry",
+        )
+    if visitor_auth == PublicLink.VisitorAuth.PASSWORD:
+        if not MIN_LINK_PASSWORD_CHARS <= len(password) <= MAX_LINK_PASSWORD_CHARS:
+            raise InvalidInput(
+                f"A password link needs a password of {MIN_LINK_PASSWORD_CHARS} to "
+                f"{MAX_LINK_PASSWORD_CHARS} characters.",
+                code="webapps.invalid_link_password",
+            )
+    elif password:
+        raise InvalidInput(
+            "A password is only for links with visitor_auth `password`.",
+            code="webapps.invalid_link_password",
+        )
+    most_requests = settings.QUOR_PUBLIC_LINK_MAX_REQUESTS_PER_MINUTE
+    requests_per_minute = _quota(requests_per_minute, most_requests, "requests_per_minute")
+    bandwidth_bytes = _quota(
+        bandwidth_bytes, settings.QUOR_PUBLIC_LINK_MAX_BANDWIDTH_BYTES, "bandwidth_bytes"
+    )
+    with transaction.atomic():
+        link = PublicLink.objects.create(
+            webapp=webapp,
+            visitor_auth=visitor_auth,
+            password_hash=make_password(password) if password else "",
+            requests_per_minute=requests_per_minute,
+            bandwidth_bytes=bandwidth_bytes,
+            expires_at=expires_at,
+            created_by=user,
+        )
+        audit_record(
+            "public_link.created",
+            target=link,
+            organization=organization,
+            changes={
+                "webapp": webapp.label,
+                "session": str(session.pk),
+                "expires_at": expires_at.isoformat(),
+                "visitor_auth": visitor_auth,
+                "requests_per_minute": requests_per_minute,
+                "bandwidth_bytes": bandwidth_bytes,
+            },
+            actor=user,
+        )
+    return link
+
+
+def _quota(value, most: int, name: str) -> int:
+    if value is None:
+        return most
+    if not 1 <= value <= most:
+        raise InvalidInput(f"{name} must be from 1 to {most}.", code="webapps.invalid_link_quota")
+    return value
+
+
+def public_links_of(session: Session):
+    """The session's links that can still be used by someone (not revoked, not expired)."""
+    return PublicLink.objects.filter(
+        webapp__session=session, revoked_at__isnull=True, expires_at__gt=timezone.now()
+    ).select_related("webapp")
+
+
+def get_public_link_for_owner(user, link_id) -> PublicLink:
+    """A link of one of the user's own sessions; revoked and expired links are gone."""
+    link = (
+        PublicLink.objects.select_related("webapp__session")
+        .filter(pk=link_id, webapp__session__owner=user, revoked_at__isnull=True)
+        .first()
+    )
+    if link is None or link.expires_at <= timezone.now():
+        raise NotFound("No such public link.", code="webapps.public_link_not_found")
+    return link
+
+
+def public_link_revoke(*, user, link: PublicLink) -> None:
+    """Ends the link (its owner through the API, an organization admin in the admin
+    site): the proxy reads the link on each visitor request, so the next request is
+    refused, and the link's open WebSockets close at the proxy's next check (5 s)."""
+    with transaction.atomic():
+        revoked = PublicLink.objects.filter(pk=link.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+        if revoked:
+            audit_record(
+                "public_link.revoked",
+                target=link,
+                organization=organization_of(link.webapp.session.owner),
+                changes={"webapp": link.webapp.label},
+                actor=user,
+            )
+
+
+def public_link_payload(link: PublicLink) -> dict:
+    return {
+        "id": str(link.pk),
+        "webapp": str(link.webapp_id),
+        "url": app_origin().origin(link.label) + "/",
+        "visitor_auth": link.visitor_auth,
+        "requests_per_minute": link.requests_per_minute,
+        "bandwidth_bytes": link.bandwidth_bytes,
+        "expires_at": link.expires_at,
+        "created_at": link.created_at,
+    }
+
+
+def public_link_for_visitor(label: str) -> PublicLink | None:
+    """The link of this host label if visitors may use it now: not revoked or expired,
+    its organization (still) allows public links, its session is not confidential, its
+    owner still uses Sandbox in an active organization. Read afresh on every request, so
+    that each of these takes effect at once."""
+    link = (
+        PublicLink.objects.select_related(
+            "webapp__session__owner__membership__organization", "webapp__session__sandbox"
+        )
+        .filter(label=label, revoked_at__isnull=True, expires_at__gt=timezone.now())
+        .first()
+    )
+    if link is None:
+        return None
+    session = link.webapp.session
+    owners = getattr(session.owner, "membership", None)
+    usable = (
+        not session.confidential
+        and session.owner.is_active
+        and owners is not None
+        and owners.organization.is_active
+        and owners.organization.allow_public_links
+        and role_has(owners.role, Permission.SANDBOX_USE)
+    )
+    return link if usable else None
+
+
+def public_link_password_matches(link: PublicLink, password: str) -> bool:
+    return bool(link.password_hash) and check_password(password, link.password_hash)
+
+
+def public_link_visit_record(
+    *, link: PublicLink, address: str | None, user_agent: str, authenticated_by: str
+) -> PublicLinkVisit:
+    return PublicLinkVisit.objects.create(
+        link=link,
+        address=address,
+        user_agent=user_agent[:300],
+        authenticated_by=authenticated_by,
+    )
+
+
+def link_visitor_cookie(link: PublicLink) -> str:
+    """What the visitor's browser keeps: the link and how the visitor got in. Another
+    link, or the app's private host, does not accept it."""
+    value = signing.dumps({"l": link.label, "a": link.visitor_auth}, salt=LINK_VISITOR_SALT)
+    seconds = max(0, int((link.expires_at - timezone.now()).total_seconds()))
+    return f"{LINK_COOKIE}={value}; {viewer_cookie_attributes(seconds)}"
+
+
+def link_visitor_admitted(value: str, link: PublicLink) -> bool:
+    try:
+        data = signing.loads(
+            value,
+            salt=LINK_VISITOR_SALT,
+            max_age=timedelta(days=settings.QUOR_PUBLIC_LINK_MAX_DAYS),
+        )
+    except signing.BadSignature:
+        return False
+    return data.get("l") == link.label and data.get("a") == link.visitor_auth

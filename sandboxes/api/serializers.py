@@ -1,9 +1,11 @@
+from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from quor.lib.serializers import StrictSerializer
 from quor.selectors import make_model_id
 from sandboxes.models import ExecRecord, Sandbox, Session
+from webapps.models import PublicLink
 
 # Asked-for workload options that a sandbox may never have, and the error each gets.
 REFUSED_SANDBOX_OPTIONS = {
@@ -304,6 +306,65 @@ class WebAppSerializer(serializers.Serializer):
     open_url = serializers.CharField(
         help_text="On Quor's origin: logs the viewer in and hands them off to the app."
     )
+
+
+class PublicLinkCreateSerializer(StrictSerializer):
+    """Checked further by webapps.services.public_link_create (its own error codes)."""
+
+    webapp = serializers.UUIDField(help_text="The session's web app the link opens.")
+    expires_at = serializers.DateTimeField(
+        help_text="When the link stops working: in the future, at most "
+        "QUOR_PUBLIC_LINK_MAX_DAYS away (`webapps.invalid_link_expiry`)."
+    )
+    visitor_auth = serializers.ChoiceField(
+        choices=PublicLink.VisitorAuth.choices,
+        required=False,
+        default=PublicLink.VisitorAuth.NONE,
+        help_text="`none`: anyone with the link; `password`: visitors give `password`.",
+    )
+    password = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        max_length=200,
+        write_only=True,
+        help_text="For `password` links: 8 to 200 characters (`webapps.invalid_link_password`).",
+    )
+    requests_per_minute = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=settings.QUOR_PUBLIC_LINK_MAX_REQUESTS_PER_MINUTE,
+        help_text="Visitors' requests per minute, across every proxy (default: the most).",
+    )
+    bandwidth_bytes = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=settings.QUOR_PUBLIC_LINK_MAX_BANDWIDTH_BYTES,
+        help_text="Bytes the link may serve over its life (default: the most).",
+    )
+
+
+class PublicLinkSerializer(serializers.Serializer):
+    """A public link to a web app (as webapps.services.public_link_payload)."""
+
+    id = serializers.UUIDField()
+    webapp = serializers.UUIDField()
+    url = serializers.URLField(help_text="The link: an origin of its own, not the app's.")
+    visitor_auth = serializers.ChoiceField(choices=PublicLink.VisitorAuth.choices)
+    requests_per_minute = serializers.IntegerField()
+    bandwidth_bytes = serializers.IntegerField()
+    expires_at = serializers.DateTimeField()
+    created_at = serializers.DateTimeField()
+
+
+class PublicLinkVisitSerializer(serializers.Serializer):
+    """A visitor who opened the link: the first request of a browser, or a password
+    accepted."""
+
+    opened_at = serializers.DateTimeField()
+    address = serializers.IPAddressField(allow_null=True)
+    user_agent = serializers.CharField()
+    authenticated_by = serializers.CharField(help_text="`password`, or empty.")
 
 
 class LibraryFileSerializer(serializers.Serializer):

@@ -55,5 +55,11 @@ urlpatterns = [
         views.SessionFileArchiveView.as_view(),
         name="api-session-files-archive",
     ),
+    path("public-links/<uuid:link_id>/", views.PublicLinkView.as_view(), name="api-public-link"),
+    path(
+        "public-links/<uuid:link_id>/visits/",
+        views.PublicLinkVisitsView.as_view(),
+        name="api-public-link-visits",
+    ),
     *router.urls,
 ]

@@ -31,6 +31,9 @@ from sandboxes.api.serializers import (
     FileWrittenSerializer,
     LibraryFileSerializer,
     MessageSerializer,
+    PublicLinkCreateSerializer,
+    PublicLinkSerializer,
+    PublicLinkVisitSerializer,
     RuntimeEventsSerializer,
     RuntimeHeartbeatSerializer,
     RuntimeIdentitySerializer,
@@ -60,6 +63,7 @@ PREVIEWABLE_IMAGES = {
 }
 SESSION_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 SESSION_ID_IN_PATH = OpenApiParameter("session_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
+LINK_ID = OpenApiParameter("link_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 # Most events one GET /api/v1/sessions/{id}/events/ returns (the rest: its `next` link).
 EVENTS_PER_PAGE = 1000
 PATH = OpenApiParameter(
@@ -87,6 +91,7 @@ class SessionViewSet(viewsets.ViewSet):
         "cancel": ServiceAccount.Scope.SESSIONS,
         "messages": ServiceAccount.Scope.SESSIONS,
         "webapps": ServiceAccount.Scope.SESSIONS,
+        "public_links": ServiceAccount.Scope.SESSIONS,
         "events": ServiceAccount.Scope.EVENTS,
     }
     serializer_class = SessionSerializer
@@ -173,6 +178,40 @@ class SessionViewSet(viewsets.ViewSet):
         )
 
     @extend_schema(
+        methods=["GET"], parameters=[SESSION_ID], responses=PublicLinkSerializer(many=True)
+    )
+    @extend_schema(
+        methods=["POST"],
+        parameters=[SESSION_ID],
+        request=PublicLinkCreateSerializer,
+        responses={201: PublicLinkSerializer},
+    )
+    @action(detail=True, methods=["get", "post"], url_path="public-links")
+    def public_links(self, request, pk=None):
+        """The session's public links still in force, newest first (paginated); POST
+        makes one for a web app of the session, where the organization allows them and
+        the session is not confidential (owner only)."""
+        session = services.session_in_use(request.user, pk)
+        if request.method == "GET":
+            pages = CursorPagination(request, ordering=NEWEST_FIRST)
+            return pages.response(
+                webapp_services.public_links_of(session),
+                lambda page: (
+                    PublicLinkSerializer(
+                        [webapp_services.public_link_payload(link) for link in page], many=True
+                    ).data
+                ),
+            )
+        serializer = PublicLinkCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        link = webapp_services.public_link_create(
+            user=request.user, session=session, webapp_id=data.pop("webapp"), **data
+        )
+        payload = PublicLinkSerializer(webapp_services.public_link_payload(link)).data
+        return Response(payload, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
         parameters=[SESSION_ID], request=MessageSerializer, responses={202: SessionSerializer}
     )
     @action(detail=True, methods=["post"])
@@ -220,6 +259,39 @@ class SessionViewSet(viewsets.ViewSet):
             following = replace_query_param(request.build_absolute_uri(), "after", page[-1].seq)
         results = AgentEventSerializer(page, many=True).data
         return Response({"next": following, "previous": None, "results": results})
+
+
+class PublicLinkView(APIView):
+    required_permission = Permission.SANDBOX_USE
+    required_scope = ServiceAccount.Scope.SESSIONS
+
+    @extend_schema(parameters=[LINK_ID], responses=PublicLinkSerializer)
+    def get(self, request, link_id):
+        link = webapp_services.get_public_link_for_owner(request.user, link_id)
+        return Response(PublicLinkSerializer(webapp_services.public_link_payload(link)).data)
+
+    @extend_schema(parameters=[LINK_ID], responses={204: None})
+    def delete(self, request, link_id):
+        """Revokes the link at once: visitors' next requests are refused, and its open
+        WebSockets close within 5 s. A revoked link is gone from the API."""
+        link = webapp_services.get_public_link_for_owner(request.user, link_id)
+        webapp_services.public_link_revoke(user=request.user, link=link)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class PublicLinkVisitsView(APIView):
+    required_permission = Permission.SANDBOX_USE
+    required_scope = ServiceAccount.Scope.SESSIONS
+    pagination_class = CursorPagination
+
+    @extend_schema(parameters=[LINK_ID], responses=PublicLinkVisitSerializer(many=True))
+    def get(self, request, link_id):
+        """Who opened the link, newest first (paginated)."""
+        link = webapp_services.get_public_link_for_owner(request.user, link_id)
+        pages = CursorPagination(request, ordering=("-opened_at", "-id"))
+        return pages.response(
+            link.visits.all(), lambda page: PublicLinkVisitSerializer(page, many=True).data
+        )
 
 
 class MySandboxView(APIView):

@@ -43,7 +43,7 @@ from quor.service_accounts import service_account_create, service_account_token_
 from sandboxes.library.files import library_file_put
 from sandboxes.models import ExecRecord, Sandbox, ScheduledTask, Session, Skill
 from tests import factories
-from webapps.models import WebApp
+from webapps.models import PublicLink, PublicLinkPolicy, SessionConfidentiality, WebApp
 
 Role = Membership.Role
 METHODS = ["get", "post", "put", "patch", "delete"]
@@ -117,6 +117,13 @@ def build_world():
     provider = factories.make_provider(acme)
     session = factories.make_session(member, provider)
     webapp = WebApp.objects.create(session=session, port=8080, command="python3 -m http.server")
+    link = PublicLink.objects.create(
+        webapp=webapp,
+        requests_per_minute=60,
+        bandwidth_bytes=10**6,
+        expires_at=timezone.now() + timedelta(days=1),
+        created_by=member,
+    )
     app = factories.make_app(acme, actions=[("issues.create", "POST", "/issues", "ask")])
     approval = ApprovalRequest.objects.create(
         session=session,
@@ -169,6 +176,8 @@ def build_world():
         "session-rename": own,
         "session-delete": own,
         "webapp-view": own,
+        "session-public-link-create": own,
+        "session-public-link-revoke": {"session_id": session.pk, "link_id": link.pk},
         "webapp-open": own,
         "scheduled-detail": {"task_id": task.pk},
         "scheduled-edit": {"task_id": task.pk},
@@ -182,6 +191,9 @@ def build_world():
         "api-session-events": {"pk": session.pk},
         "api-session-messages": {"pk": session.pk},
         "api-session-webapps": {"pk": session.pk},
+        "api-session-public-links": {"pk": session.pk},
+        "api-public-link": {"link_id": link.pk},
+        "api-public-link-visits": {"link_id": link.pk},
         "api-scheduled-task-detail": {"pk": task.pk},
         "api-scheduled-task-run": {"pk": task.pk},
         "api-scheduled-task-runs": {"pk": task.pk},
@@ -236,6 +248,9 @@ def build_world():
         organization=acme, issuer="https://login.acme.test", client_id="quor"
     )
     admin_objects = {
+        PublicLink: link.pk,
+        PublicLinkPolicy: acme.pk,
+        SessionConfidentiality: session.pk,
         SingleSignOn: sso.pk,
         AuditEntry: entry.pk,
         Skill: skill.pk,
@@ -344,7 +359,7 @@ def fill_route(route, values):
     for key, value in values.items():
         path = path.replace(f"(?P<{key}>\\d+)", str(value))
         path = path.replace(f"(?P<{key}>[^/.]+)", str(value))
-        for converter in ("str:", "int:", "slug:", ""):
+        for converter in ("str:", "int:", "slug:", "uuid:", ""):
             path = path.replace(f"<{converter}{key}>", str(value))
     return "/" + path.replace("^", "").replace("$", "")
 

@@ -1,0 +1,267 @@
+"""Public links from where a visitor and an attacker stand: plain HTTP and WebSocket
+clients against the real web app proxy processes (`manage.py run_webapp_proxy`, two of
+them for the quotas), the test app in a real sandbox behind them."""
+
+import http.client
+import json
+import socket
+import sys
+import time
+from datetime import timedelta
+from urllib.parse import urlencode, urlsplit
+
+import pytest
+import redis
+from django.conf import settings
+from django.utils import timezone
+
+from quor.models import Organization
+from sandboxes.models import Session
+from tests.conftest import _start, _stop
+from tests.docker_helpers import wait_for_port
+from tests.webapps.conftest import PROXY, cookie_for, fetch
+from tests.webapps.test_webapp_proxy import HOSTILE_HEADERS
+from webapps import headers as header_rules
+from webapps import link_quotas
+from webapps import services as webapps
+from webapps.models import PublicLink, PublicLinkVisit
+
+pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+
+PASSWORD = "correct horse battery"
+
+
+@pytest.fixture
+def allowed(org, owner):
+    Organization.objects.filter(pk=org.pk).update(allow_public_links=True)
+    owner.membership.organization.refresh_from_db()
+
+
+@pytest.fixture(scope="module")
+def second_proxy(process_env):
+    """Another web app proxy process, as a deployment with replicas runs: (host, port)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = _start(
+        [sys.executable, "manage.py", "run_webapp_proxy", "--bind", f"127.0.0.1:{port}"],
+        process_env,
+        "webapp-proxy-2",
+    )
+    wait_for_port("127.0.0.1", port)
+    yield "127.0.0.1", port
+    _stop(process)
+
+
+def make_link(owner, webapp, **fields) -> PublicLink:
+    return webapps.public_link_create(
+        user=owner,
+        session=webapp.session,
+        webapp_id=webapp.pk,
+        expires_at=timezone.now() + timedelta(hours=1),
+        **fields,
+    )
+
+
+def link_host(link) -> str:
+    return urlsplit(webapps.app_origin().origin(link.label)).netloc
+
+
+def visit(link, path="/echo", *, proxy=PROXY, method="GET", headers=None, body=None):
+    connection = http.client.HTTPConnection(*proxy, timeout=30)
+    connection.request(
+        method, path, body=body, headers={"Host": link_host(link), **(headers or {})}
+    )
+    return connection.getresponse()
+
+
+def set_cookies(response) -> list[str]:
+    return response.headers.get_all("Set-Cookie") or []
+
+
+def visitor_cookie(response) -> str:
+    (cookie,) = set_cookies(response)
+    assert cookie.startswith(webapps.LINK_COOKIE + "=")
+    return cookie.split(";")[0]
+
+
+def give_password(link, password, *, next_path="/echo"):
+    body = urlencode({"password": password, "next": next_path})
+    return visit(
+        link,
+        webapps.LINK_PASSWORD_PATH,
+        method="POST",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+        body=body,
+    )
+
+
+@pytest.mark.usefixtures("allowed")
+def test_a_visitor_gets_the_app_and_nothing_of_quor(webapp, owner):
+    link = make_link(owner, webapp)
+    response = visit(link, "/echo", headers=HOSTILE_HEADERS)
+    assert response.status == 200
+    received = {k.lower(): v for k, v in json.loads(response.read())["headers"].items()}
+    for name in HOSTILE_HEADERS:
+        assert name.lower() not in received, name
+    assert not any(name.startswith("x-forwarded-") for name in received)
+    # The app's own cookies are removed; the only cookie is the link's, on its host only.
+    cookie = set_cookies(response)
+    assert len(cookie) == 1 and cookie[0].startswith(webapps.LINK_COOKIE + "=")
+    assert "HttpOnly" in cookie[0] and "Domain" not in cookie[0]
+    assert response.getheader("Content-Security-Policy") == header_rules.SANDBOX_CSP
+    # Quor's URLs on the link's host are the app's paths, never Quor's answers.
+    api = visit(link, "/api/v1/sessions/", headers={"Cookie": cookie[0].split(";")[0]})
+    assert json.loads(api.read())["path"] == "/api/v1/sessions/"
+    # The visit is recorded: who opened what.
+    (opened,) = PublicLinkVisit.objects.filter(link=link)
+    assert opened.address == "127.0.0.1" and opened.authenticated_by == ""
+
+
+@pytest.mark.usefixtures("allowed")
+def test_the_link_is_no_way_into_quor_or_the_private_app(webapp, owner):
+    link = make_link(owner, webapp)
+    cookie = visitor_cookie(visit(link))
+    # The visitor's cookie opens nothing on the app's private host.
+    assert fetch(webapp, "/echo", headers={"Cookie": cookie}).status == 302
+    # A hand-off minted for the private app is refused on the link's host.
+    handoff = urlsplit(webapps.handoff_url(owner, webapp))
+    refused = visit(link, f"{handoff.path}?{handoff.query}")
+    assert refused.status == 404
+    assert set_cookies(refused) == []
+    # Nor does the app's own viewer cookie stand in for a link's password.
+    protected = make_link(owner, webapp, visitor_auth="password", password=PASSWORD)
+    viewer = cookie_for(owner, webapp)
+    assert visit(protected, "/echo", headers={"Cookie": viewer}).status == 401
+    assert visit(protected, "/echo", headers={"Cookie": cookie}).status == 401
+
+
+@pytest.mark.usefixtures("allowed")
+def test_a_visitor_without_the_password_gets_only_the_form(webapp, owner):
+    link = make_link(owner, webapp, visitor_auth="password", password=PASSWORD)
+    refused = visit(link, "/echo")
+    assert refused.status == 401
+    page = refused.read()
+    assert b'name="password"' in page and b"headers" not in page  # the app said nothing
+    assert set_cookies(refused) == []
+    wrong = give_password(link, "not the password")
+    assert wrong.status == 403
+    assert set_cookies(wrong) == []
+    assert not PublicLinkVisit.objects.exists()
+
+    right = give_password(link, PASSWORD)
+    assert right.status == 303
+    assert right.getheader("Location") == "/echo"
+    cookie = visitor_cookie(right)
+    assert visit(link, "/echo", headers={"Cookie": cookie}).status == 200
+    (opened,) = PublicLinkVisit.objects.filter(link=link)
+    assert opened.authenticated_by == "password"
+    # The cookie is this link's: another link to the same app asks its own password.
+    other = make_link(owner, webapp, visitor_auth="password", password=PASSWORD)
+    assert visit(other, "/echo", headers={"Cookie": cookie}).status == 401
+
+
+@pytest.mark.usefixtures("allowed")
+def test_password_guesses_are_limited_across_proxy_processes(webapp, owner, second_proxy):
+    link = make_link(owner, webapp, visitor_auth="password", password=PASSWORD)
+    for _ in range(link_quotas.PASSWORD_ATTEMPTS):
+        assert give_password(link, "a wrong guess").status == 403
+    body = urlencode({"password": PASSWORD, "next": "/"})
+    locked = visit(
+        link, webapps.LINK_PASSWORD_PATH, proxy=second_proxy, method="POST", body=body,
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )  # fmt: skip
+    assert locked.status == 429
+    assert int(locked.getheader("Retry-After")) > 0
+    assert set_cookies(locked) == []
+
+
+@pytest.mark.usefixtures("allowed")
+def test_an_expired_link_is_refused_even_with_its_cookie(webapp, owner):
+    link = make_link(owner, webapp)
+    cookie = visitor_cookie(visit(link))
+    PublicLink.objects.filter(pk=link.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    for headers in ({}, {"Cookie": cookie}):
+        response = visit(link, "/echo", headers=headers)
+        assert response.status == 404
+        assert b"headers" not in response.read()
+
+
+@pytest.mark.usefixtures("allowed")
+@pytest.mark.parametrize(
+    "ended_by", ["revoked", "session marked confidential", "organization switched links off"]
+)
+def test_a_link_ends_at_once(webapp, owner, org, client_for, ended_by):
+    link = make_link(owner, webapp)
+    cookie = {"Cookie": visitor_cookie(visit(link))}
+    assert visit(link, "/echo", headers=cookie).status == 200  # the proxy has seen it
+    if ended_by == "revoked":
+        answer = client_for(owner).delete(f"/api/v1/public-links/{link.pk}/")
+        assert answer.status_code == 204
+    elif ended_by == "session marked confidential":
+        Session.objects.filter(pk=webapp.session_id).update(confidential=True)
+    else:
+        Organization.objects.filter(pk=org.pk).update(allow_public_links=False)
+    assert visit(link, "/echo", headers=cookie).status == 404  # the very next request
+
+
+@pytest.mark.usefixtures("allowed")
+def test_an_open_websocket_of_a_revoked_link_closes(webapp, owner):
+    import websocket
+
+    link = make_link(owner, webapp)
+    connection = websocket.create_connection(
+        f"ws://{PROXY[0]}:{PROXY[1]}/live",
+        host=link_host(link),
+        origin=webapps.app_origin().origin(link.label),
+        timeout=20,
+    )
+    connection.send("hello")
+    assert connection.recv() == "echo: hello"
+    webapps.public_link_revoke(user=owner, link=link)
+
+    started = time.monotonic()
+    connection.settimeout(15)
+    with pytest.raises((websocket.WebSocketConnectionClosedException, ConnectionError)):
+        connection.send("still there?")
+        connection.recv()
+        connection.recv()
+    assert time.monotonic() - started < 15
+
+
+def _a_minute_with_room(seconds: float) -> None:
+    """The request quota counts per clock minute: start where the test's requests fit
+    in one (a wait to the next minute, not a race)."""
+    into = time.time() % 60
+    if into > 60 - seconds:
+        time.sleep(60 - into + 0.2)
+
+
+@pytest.mark.usefixtures("allowed")
+def test_a_request_quota_used_up_in_one_proxy_holds_in_another(webapp, owner, second_proxy):
+    link = make_link(owner, webapp, requests_per_minute=3)
+    _a_minute_with_room(20)
+    cookie = {"Cookie": visitor_cookie(visit(link))}
+    assert visit(link, "/echo", headers=cookie).status == 200
+    assert visit(link, "/echo", headers=cookie).status == 200
+    refused = visit(link, "/echo", proxy=second_proxy, headers=cookie)
+    assert refused.status == 429
+    assert 1 <= int(refused.getheader("Retry-After")) <= 60
+    assert b"headers" not in refused.read()
+    assert visit(link, "/echo", headers=cookie).status == 429
+
+
+@pytest.mark.usefixtures("allowed")
+def test_a_bandwidth_quota_used_up_in_one_proxy_holds_in_another(webapp, owner, second_proxy):
+    link = make_link(owner, webapp, bandwidth_bytes=200_000)
+    served = visit(link, "/stream?size=300000")
+    assert served.status == 200 and len(served.read()) == 300_000
+    counter = redis.Redis.from_url(settings.REDIS_URL)
+    key = f"{link_quotas.KEY_PREFIX}{link.pk}:bytes"
+    deadline = time.monotonic() + 10
+    while int(counter.get(key) or 0) < 300_000:  # counted after the response, in Redis
+        assert time.monotonic() < deadline, counter.get(key)
+        time.sleep(0.05)
+    refused = visit(link, "/stream?size=10", proxy=second_proxy)
+    assert refused.status == 429
+    assert b"served all" in refused.read()

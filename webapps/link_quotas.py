@@ -1,0 +1,84 @@
+"""Public links' quotas, counted in Redis so that every web app proxy process shares
+them: requests per fixed minute, bytes served over the link's life, and password
+attempts per visitor address. The proxy asks here on each visitor request (asyncio:
+the proxy's event loop never waits on a socket).
+
+Unlike the API's rate limits, a Redis that cannot be reached refuses visitors (the
+proxy answers 503): a quota that holds only while Redis is up is not a quota."""
+
+import functools
+import time
+
+import redis.asyncio
+from django.conf import settings
+
+KEY_PREFIX = "quor:public-link:"
+# Password attempts per visitor address and link in PASSWORD_WINDOW_SECONDS.
+PASSWORD_ATTEMPTS = 10
+PASSWORD_WINDOW_SECONDS = 15 * 60
+
+# KEYS[1]: this minute's request count; KEYS[2]: bytes served. ARGV: requests per
+# minute, bandwidth in bytes. Returns 0 if the request is counted, 1 if the minute's
+# requests are used up, 2 if the bandwidth is.
+_TAKE_REQUEST = """
+if tonumber(redis.call('GET', KEYS[2]) or '0') >= tonumber(ARGV[2]) then
+  return 2
+end
+local count = redis.call('INCR', KEYS[1])
+if count == 1 then
+  redis.call('EXPIRE', KEYS[1], 120)
+end
+if count > tonumber(ARGV[1]) then
+  return 1
+end
+return 0
+"""
+
+
+@functools.cache
+def _client() -> redis.asyncio.Redis:
+    """One pool per proxy process (one event loop: `manage.py run_webapp_proxy`)."""
+    return redis.asyncio.Redis.from_url(
+        settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2
+    )
+
+
+@functools.cache
+def _take_request_script():
+    return _client().register_script(_TAKE_REQUEST)
+
+
+REQUESTS_USED_UP, BANDWIDTH_USED_UP = 1, 2
+
+
+async def request_take(link) -> tuple[int, int]:
+    """(0, 0) if the request may go to the app and is counted, else (REQUESTS_USED_UP,
+    seconds until the next minute) or (BANDWIDTH_USED_UP, 0): that never comes back."""
+    now = time.time()
+    minute = int(now // 60)
+    keys = [f"{KEY_PREFIX}{link.pk}:requests:{minute}", f"{KEY_PREFIX}{link.pk}:bytes"]
+    refused = await _take_request_script()(
+        keys=keys, args=[link.requests_per_minute, link.bandwidth_bytes]
+    )
+    if refused == REQUESTS_USED_UP:
+        return REQUESTS_USED_UP, max(1, 60 - int(now % 60))
+    return int(refused), 0
+
+
+async def bytes_add(link_id, size: int, expires_at) -> None:
+    """Counts bytes served to visitors; the count lives as long as the link."""
+    key = f"{KEY_PREFIX}{link_id}:bytes"
+    async with _client().pipeline(transaction=True) as pipe:
+        pipe.incrby(key, size)
+        pipe.expireat(key, int(expires_at.timestamp()) + 60)
+        await pipe.execute()
+
+
+async def password_attempt_take(link_id, address: str) -> bool:
+    """Counts a password attempt from this address; False once they are used up."""
+    key = f"{KEY_PREFIX}{link_id}:password:{address}"
+    async with _client().pipeline(transaction=True) as pipe:
+        pipe.incr(key)
+        pipe.expire(key, PASSWORD_WINDOW_SECONDS, nx=True)
+        count, _ = await pipe.execute()
+    return count <= PASSWORD_ATTEMPTS
