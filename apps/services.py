@@ -17,6 +17,7 @@ from apps.catalog import CatalogApp, catalog_app
 from apps.models import App, AppAction, AppCredential, Policy
 from quor.audit import audit_record, field_changes, secret_change
 from quor.lib.errors import Conflict, InvalidInput, NotFound
+from quor.lib.ids import is_database_id
 from quor.lib.permissions import Permission, get_active_membership, require_permission, role_has
 from quor.models import Membership
 
@@ -442,7 +443,7 @@ def apps_visible_to(user):
 def get_app_for_member(user, app_id) -> App:
     """An App the user may see and use; any other (another organization's, a disabled
     one for a non-admin, an unknown id) is 404."""
-    app = apps_visible_to(user).filter(pk=app_id).first() if _is_id(app_id) else None
+    app = apps_visible_to(user).filter(pk=app_id).first() if is_database_id(app_id) else None
     if app is None:
         raise NotFound("No such App.")
     return app
@@ -453,16 +454,9 @@ def get_app_for_admin(user, app_id) -> App:
     membership = require_permission(user, Permission.ORGANIZATION_MANAGE)
     app = (
         App.objects.filter(organization=membership.organization, pk=app_id).first()
-        if _is_id(app_id)
+        if is_database_id(app_id)
         else None
     )
     if app is None:
         raise NotFound("No such App.")
     return app
-
-
-def _is_id(value) -> bool:
-    """A value that can be a primary key (so a huge number is 404, not a database error)."""
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        value = int(value)
-    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63

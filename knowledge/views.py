@@ -10,6 +10,7 @@ from knowledge.extraction import CONTENT_TYPES
 from knowledge.models import KnowledgeSource
 from knowledge.search import search_for_user, sources_readable_by
 from quor.lib.errors import InvalidInput, QuorError
+from quor.lib.ids import is_database_id
 from quor.lib.permissions import Permission, page_requires, require_permission
 
 TYPE_LABELS = {"pdf": "PDF", "docx": "Word", "html": "HTML", "markdown": "Markdown", "text": "Text"}
@@ -34,9 +35,7 @@ def knowledge_search(request):
             context["results"] = search_for_user(
                 request.user,
                 query,
-                source_ids=[int(source)]
-                if source.isascii() and source.isdigit() and len(source) < 18
-                else None,
+                source_ids=[int(source)] if is_database_id(source) else None,
                 content_types=[content_type] if content_type in CONTENT_TYPES else None,
                 limit=20,
             )
@@ -64,7 +63,7 @@ def knowledge_upload(request):
         membership = require_permission(request.user, Permission.ORGANIZATION_MANAGE)
         source_id = request.POST.get("source", "")
         source = None
-        if source_id.isascii() and source_id.isdigit() and len(source_id) < 18:
+        if is_database_id(source_id):
             source = KnowledgeSource.objects.filter(
                 pk=int(source_id), organization=membership.organization
             ).first()

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 
 from django.db.models import Q
 
+from quor.lib.ids import is_database_id
 from quor.models import ModelProvider
 
 
@@ -52,7 +53,7 @@ def models_available_to(user, organization) -> list[ModelChoice]:
 
 def find_model(*, organization, model_id: str) -> ModelChoice | None:
     provider_id, sep, name = str(model_id).partition(":")
-    if not sep or not provider_id.isdigit():
+    if not sep or not is_database_id(provider_id):
         return None
     provider = ModelProvider.objects.filter(organization=organization, pk=int(provider_id)).first()
     if provider is None or name not in provider.model_names:

@@ -11,6 +11,7 @@ from django.utils.text import slugify
 
 from quor.audit import audit_record
 from quor.lib.errors import AccessDenied, Conflict, InvalidInput, NotFound
+from quor.lib.ids import is_database_id
 from quor.lib.permissions import Permission, has_permission
 from quor.models import Membership, Organization, ServiceAccount, ServiceAccountToken, User
 
@@ -85,7 +86,7 @@ def service_account_create(
 def get_service_account(organization: Organization, account_id) -> ServiceAccount:
     account = (
         ServiceAccount.objects.filter(organization=organization, pk=account_id).first()
-        if str(account_id).isdigit()
+        if is_database_id(account_id)
         else None
     )
     if account is None:
@@ -149,7 +150,7 @@ def service_account_token_create(
 
 @transaction.atomic
 def service_account_token_revoke(*, account: ServiceAccount, token_id) -> ServiceAccountToken:
-    token = account.tokens.filter(pk=token_id).first() if str(token_id).isdigit() else None
+    token = account.tokens.filter(pk=token_id).first() if is_database_id(token_id) else None
     if token is None:
         raise NotFound("No such token.", code="service_accounts.token_not_found")
     revoked = ServiceAccountToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(

@@ -196,7 +196,9 @@ def session_public_link_create(request, session_id):
     session = _session_or_404(request.user, session_id)
     password = request.POST.get("password", "")
     days = request.POST.get("days", "")
-    days = int(days) if days.isdigit() and len(days) <= 4 else 0  # else refused as no expiry
+    days = (
+        int(days) if days.isascii() and days.isdigit() and len(days) <= 4 else 0
+    )  # else refused as no expiry
     try:
         link = webapp_services.public_link_create(
             user=request.user,

@@ -126,7 +126,7 @@ def _single_bearer_credential(scope) -> str | None:
 
 def _content_length(headers: dict) -> int | None:
     value = headers.get(b"content-length", b"")
-    return int(value) if value.isdigit() else None
+    return int(value) if value.isascii() and value.isdigit() else None
 
 
 def _is_json(headers: dict) -> bool:

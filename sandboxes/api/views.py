@@ -235,7 +235,12 @@ class SessionViewSet(viewsets.ViewSet):
     @extend_schema(
         parameters=[
             SESSION_ID,
-            OpenApiParameter("after", OpenApiTypes.INT, OpenApiParameter.QUERY),
+            OpenApiParameter(
+                "after",
+                {"type": "integer", "minimum": 0},
+                OpenApiParameter.QUERY,
+                description="The last seq already seen (default 0: from the start).",
+            ),
             OpenApiParameter(
                 "page_size",
                 OpenApiTypes.INT,
@@ -557,7 +562,7 @@ class RuntimeWhoAmIView(APIView):
 
 
 def _non_negative_int(value: str, name: str) -> int:
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):
         raise InvalidInput(f"{name} must be a non-negative integer.", code="invalid_input")
     return int(value)
 

@@ -20,6 +20,7 @@ from django.utils import timezone as dj_timezone
 
 from apps.selectors import apps_for_selection
 from quor.lib.errors import Conflict, InvalidInput, NotFound, QuorError
+from quor.lib.ids import is_database_id
 from quor.lib.permissions import check_model_access, check_sandbox_access
 from quor.selectors import make_model_id
 from sandboxes.models import ScheduledRun, ScheduledTask, Session, Skill
@@ -48,7 +49,7 @@ def scheduled_tasks_of(user):
 def get_scheduled_task_for_user(user, task_id) -> ScheduledTask:
     """The user's own scheduled task; anyone else's, or a malformed id, is 404."""
     task = None
-    if str(task_id).isdigit():
+    if is_database_id(task_id):
         task = scheduled_tasks_of(user).filter(pk=int(task_id)).first()
     if task is None:
         raise NotFound("No such scheduled task.")

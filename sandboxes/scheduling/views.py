@@ -11,6 +11,7 @@ from django.views.decorators.http import require_POST
 from apps.selectors import enabled_apps
 from quor import selectors as quor_selectors
 from quor.lib.errors import QuorError
+from quor.lib.ids import is_database_id
 from quor.lib.permissions import Permission, get_active_membership, page_requires
 from sandboxes.models import ScheduledRun, Skill
 from sandboxes.scheduling import services as scheduled
@@ -82,7 +83,7 @@ def _posted_values(post) -> dict:
 
 def _ids(values) -> list:
     """App ids as numbers; anything else is passed on for the service to refuse."""
-    return [int(value) if value.isdigit() else value for value in values]
+    return [int(value) if is_database_id(value) else value for value in values]
 
 
 def _service_fields(values) -> dict:

@@ -57,7 +57,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             return
         query = parse_qs(self.scope.get("query_string", b"").decode())
         after = query.get("after", ["0"])[0]
-        self.last_seq = int(after) if after.isdigit() else 0
+        self.last_seq = int(after) if after.isascii() and after.isdigit() else 0
         self.sending = asyncio.Lock()
         self.last_heard = time.monotonic()
         self.group = session_group(self.session.pk)

@@ -130,7 +130,9 @@ def test_events_are_listed_after_a_seq(api, owner):
     )
     events = api.get(f"/api/v1/sessions/{session.pk}/events/", {"after": 2}).json()["results"]
     assert [e["seq"] for e in events] == [3, 4, 5]
-    assert api.get(f"/api/v1/sessions/{session.pk}/events/", {"after": "x"}).status_code == 400
+    for refused in ("x", "-1", "²"):
+        response = api.get(f"/api/v1/sessions/{session.pk}/events/", {"after": refused})
+        assert response.status_code == 400, refused
 
 
 @pytest.mark.django_db
