@@ -12,6 +12,16 @@ urlpatterns = [
     path("sessions/<str:session_id>/cancel", views.session_cancel, name="session-cancel"),
     path("sessions/<str:session_id>/rename", views.session_rename, name="session-rename"),
     path("sessions/<str:session_id>/delete", views.session_delete, name="session-delete"),
+    path(
+        "sessions/<str:session_id>/terminal/<str:recording_id>.cast",
+        views.session_terminal_recording,
+        name="session-terminal-recording",
+    ),
+    path(
+        "terminal-recordings/<str:recording_id>.cast",
+        views.terminal_recording_audit,
+        name="terminal-recording-audit",
+    ),
     path("scheduled/", scheduled_views.task_list, name="scheduled-list"),
     path("scheduled/new", scheduled_views.task_new, name="scheduled-new"),
     path("scheduled/<int:task_id>/", scheduled_views.task_detail, name="scheduled-detail"),

@@ -3,7 +3,7 @@
 from django.conf import settings
 from django.contrib import messages
 from django.db.models import Max
-from django.http import Http404
+from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
@@ -11,6 +11,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.selectors import enabled_apps
 from quor import selectors as quor_selectors
+from quor.filestore import blob_chunks
 from quor.lib.errors import QuorError
 from quor.lib.permissions import Permission, get_active_membership, page_requires
 from sandboxes import selectors
@@ -18,6 +19,7 @@ from sandboxes.models import Sandbox, Session, Skill
 from sandboxes.runtime import services
 from sandboxes.scheduling import views as scheduled_views
 from sandboxes.sessions import services as sessions
+from sandboxes.terminal import selectors as terminal_selectors
 from webapps.services import session_set_sharing, webapp_payload
 
 
@@ -169,6 +171,8 @@ def _session_page(request, session, *, follow_up=None, status=200):
             "sharing_choices": Session.Sharing.choices,
             "follow_up": follow_up or {"text": "", "error": ""},
             "max_prompt_chars": settings.QUOR_MAX_PROMPT_CHARS,
+            "terminal_recordings": terminal_selectors.session_recordings(session),
+            "terminal_retention_days": settings.QUOR_TERMINAL_RECORDING_RETENTION_DAYS,
         },
         status=status,
     )
@@ -285,3 +289,37 @@ def sandbox_start_empty(request):
     else:
         messages.success(request, "Your sandbox starts with an empty workspace.")
     return redirect(back)
+
+
+def _asciicast_response(recording):
+    response = StreamingHttpResponse(
+        blob_chunks(recording.cast), content_type="application/x-asciicast"
+    )
+    response["Content-Disposition"] = (
+        f'attachment; filename="terminal-{recording.started_at:%Y%m%d-%H%M%S}-{recording.pk}.cast"'
+    )
+    response["Content-Length"] = str(recording.cast.size)
+    return response
+
+
+@page_requires(Permission.SANDBOX_USE)
+def session_terminal_recording(request, session_id, recording_id):
+    """A recording of the session's terminal, to its owner (the page replays it)."""
+    try:
+        recording = terminal_selectors.get_recording_for_owner(
+            request.user, session_id, recording_id
+        )
+    except QuorError:
+        raise Http404("No such terminal recording.") from None
+    return _asciicast_response(recording)
+
+
+@page_requires(Permission.AUDIT_VIEW)
+def terminal_recording_audit(request, recording_id):
+    """Any recording of the organization's terminals, to those who read its audit log
+    (linked from the admin's list of recordings)."""
+    try:
+        recording = terminal_selectors.get_recording_for_auditor(request.user, recording_id)
+    except QuorError:
+        raise Http404("No such terminal recording.") from None
+    return _asciicast_response(recording)
