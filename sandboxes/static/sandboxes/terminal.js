@@ -18,7 +18,9 @@
 
   const ENDED = 4000;
   const FINAL = [ENDED, 4400, 4401, 4403, 4404, 4409, 4413];
-  const MAX_INPUT_CHARS = 16 * 1024; // pasted text goes in pieces under the server's bound
+  // Pasted text goes in pieces under the server's 64 KiB bound, even if every character
+  // became a 6-byte JSON escape.
+  const MAX_INPUT_CHARS = 8 * 1024;
   const RETRY_MS = [500, 1000, 2000, 5000, 10000];
   const REPLAY_MAX_PAUSE_S = 2;
 
