@@ -11,7 +11,9 @@ app = Celery("quor")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()  # <app>/tasks.py of every installed app
 # The sandboxes app's tasks live with the layer they belong to (docs/architecture.md).
-app.autodiscover_tasks(["sandboxes.runtime", "sandboxes.sessions", "sandboxes.scheduling"])
+app.autodiscover_tasks(
+    ["sandboxes.runtime", "sandboxes.sessions", "sandboxes.scheduling", "sandboxes.terminal"]
+)
 
 
 # --- metrics and logs of workers and beat (docs/monitoring.md) ---------------------------

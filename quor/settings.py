@@ -301,6 +301,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "sandboxes.tasks.delete_old_exec_records",
         "schedule": 3600.0,
     },
+    "tend-terminal-recordings": {
+        "task": "sandboxes.tasks.tend_terminal_recordings",
+        "schedule": 300.0,
+    },
     # Starts due scheduled tasks: on the default queue, not behind slow sandbox work;
     # dropped if not picked up within 25 s (django-celery-beat's name for `expires`).
     "run-scheduled-tasks": {
@@ -379,6 +383,11 @@ QUOR_EXEC_DEFAULT_TIMEOUT = envint("QUOR_EXEC_DEFAULT_TIMEOUT", 120)
 QUOR_EXEC_MAX_TIMEOUT = envint("QUOR_EXEC_MAX_TIMEOUT", 3600)
 # How long the exec journal keeps a command's record, and so its idempotency key.
 QUOR_EXEC_JOURNAL_RETENTION_DAYS = envint("QUOR_EXEC_JOURNAL_RETENTION_DAYS", 30)
+# How long a terminal's recording (an asciicast file) is kept after the terminal ended.
+QUOR_TERMINAL_RECORDING_RETENTION_DAYS = envint("QUOR_TERMINAL_RECORDING_RETENTION_DAYS", 90)
+# Most output one terminal may record (bytes); past it the terminal ends, so that
+# nothing it shows goes unrecorded.
+QUOR_TERMINAL_RECORDING_MAX_BYTES = envint("QUOR_TERMINAL_RECORDING_MAX_BYTES", 64 << 20)
 # A running sandbox with no activity for this long is marked idle (seconds).
 QUOR_SANDBOX_IDLE_SECONDS = envint("QUOR_SANDBOX_IDLE_SECONDS", 30 * 60)
 # Ready, unassigned sandboxes kept per backend (the warm pool), and how long one waits to

@@ -1,5 +1,7 @@
 from django import forms
 from django.contrib import admin
+from django.urls import reverse
+from django.utils.html import format_html
 
 from quor.admin import OrganizationAdminAccess, ReadOnlyAdmin
 from quor.lib.errors import CorruptBlob, QuorError
@@ -13,6 +15,7 @@ from sandboxes.models import (
     Sandbox,
     Session,
     Skill,
+    TerminalRecording,
     WorkspaceReset,
 )
 from sandboxes.skills import clean_skill_files, skill_files, skill_set_files
@@ -155,6 +158,47 @@ class ExecRecordAdmin(ReadOnlyAdmin, OrganizationAdminAccess, admin.ModelAdmin):
     @admin.display(description="stderr")
     def stderr_text(self, record):
         return bytes(record.stderr).decode(errors="replace")
+
+
+@admin.register(TerminalRecording)
+class TerminalRecordingAdmin(ReadOnlyAdmin, OrganizationAdminAccess, admin.ModelAdmin):
+    """Recordings of the sessions' terminals, for those who read the audit log: each one
+    downloads as an asciicast v2 file (play it with asciinema); kept
+    QUOR_TERMINAL_RECORDING_RETENTION_DAYS."""
+
+    admin_permissions = {
+        "view": Permission.AUDIT_VIEW,
+        "add": None,
+        "change": None,
+        "delete": None,
+    }
+    list_display = ["started_at", "ended_at", "user", "session", "status", "size", "download"]
+    list_filter = ["status", "started_at"]
+    search_fields = ["user__email", "session__id", "id"]
+    date_hierarchy = "started_at"
+    list_select_related = ["user", "session"]
+    fields = [
+        "id",
+        "organization",
+        "user",
+        "session",
+        "status",
+        "width",
+        "height",
+        "size",
+        "started_at",
+        "ended_at",
+        "end_reason",
+        "download",
+    ]
+    readonly_fields = fields
+
+    @admin.display(description="asciicast")
+    def download(self, recording):
+        if recording.status != TerminalRecording.Status.ENDED:
+            return "recording…"
+        url = reverse("terminal-recording-audit", args=[recording.pk])
+        return format_html('<a href="{}" download>Download</a>', url)
 
 
 class SkillForm(forms.ModelForm):

@@ -159,3 +159,31 @@ def archive_folder_argv(folder: str) -> list[str]:
         "-c", "-z", "-f", "-", "--anchored", "--warning=no-file-changed", "--ignore-failed-read",
         *_excluded(folder), "--", folder,
     ]  # fmt: skip
+
+
+# The session's terminal: a tmux server of its own per session (its socket name says
+# which), so that a shell outlives the WebSocket that showed it and each server keeps the
+# proxy identity of the session that started it. `new-session -A` attaches to the
+# session's shell, starting it first if there is none; `-D` detaches any other client
+# (a connection Quor already let go of), so the window takes this one's size.
+TERMINAL_NAME = "terminal"
+
+
+def _terminal_server(session_id: str) -> list[str]:
+    return ["tmux", "-u", "-L", f"quor-{session_id}"]
+
+
+def terminal_attach_argv(session_id: str, cwd: str) -> list[str]:
+    return [
+        *_terminal_server(session_id), "new-session", "-A", "-D", "-s", TERMINAL_NAME, "-c", cwd,
+        ";", "set-option", "status", "off",
+    ]  # fmt: skip
+
+
+def terminal_exists_argv(session_id: str) -> list[str]:
+    """Exits 0 while the session's shell lives."""
+    return [*_terminal_server(session_id), "has-session", "-t", TERMINAL_NAME]
+
+
+def terminal_end_argv(session_id: str) -> list[str]:
+    return [*_terminal_server(session_id), "kill-server"]

@@ -504,3 +504,82 @@ class ExecRecord(models.Model):
 
     def __str__(self):
         return f"{' '.join(self.argv)[:60]} ({self.status})"
+
+
+class TerminalRecording(models.Model):
+    """One terminal of a session, from its shell's start to its end, recorded by Quor's
+    web tier from what the PTY sent (nothing in the sandbox can turn that off). Its output
+    is rows of TerminalOutput while it lasts, written as they come; once it ended, an
+    asciicast v2 file in the file store. Kept QUOR_TERMINAL_RECORDING_RETENTION_DAYS."""
+
+    class Status(models.TextChoices):
+        RECORDING = "recording", "Recording"
+        ENDED = "ended", "Ended"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    organization = models.ForeignKey(
+        "quor.Organization", on_delete=models.CASCADE, related_name="terminal_recordings"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="terminal_recordings"
+    )
+    # Kept when the session is deleted: auditors still read what was done.
+    session = models.ForeignKey(
+        Session,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="terminal_recordings",
+    )
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RECORDING)
+    width = models.PositiveSmallIntegerField()
+    height = models.PositiveSmallIntegerField()
+    size = models.PositiveBigIntegerField(default=0, help_text="Bytes of output recorded.")
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(max_length=200, blank=True)
+    cast = models.ForeignKey(
+        "quor.StoredBlob",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The asciicast v2 file, once the terminal ended.",
+    )
+
+    class Meta:
+        ordering = ["-started_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session"],
+                condition=models.Q(status="recording"),
+                name="terminal_recording_one_open_per_session",
+            )
+        ]
+        indexes = [models.Index(fields=["started_at"], name="terminal_recording_started")]
+
+    def __str__(self):
+        return f"Terminal of {self.user} at {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+
+class TerminalOutput(models.Model):
+    """One piece of a recording as the PTY sent it (`o`) or a resize (`r`), `at` seconds
+    after the recording started: durable the moment it is shown, whichever web process
+    showed it; folded into the asciicast file when the terminal ends."""
+
+    class Kind(models.TextChoices):
+        OUTPUT = "o", "Output"
+        RESIZE = "r", "Resize"
+
+    recording = models.ForeignKey(
+        TerminalRecording, on_delete=models.CASCADE, related_name="outputs"
+    )
+    at = models.FloatField()
+    kind = models.CharField(max_length=1, choices=Kind.choices)
+    data = models.TextField()
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self):
+        return f"{self.kind} at {self.at:.3f} s"

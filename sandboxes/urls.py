@@ -22,6 +22,16 @@ urlpatterns = [
         views.session_public_link_revoke,
         name="session-public-link-revoke",
     ),
+    path(
+        "sessions/<str:session_id>/terminal/<str:recording_id>.cast",
+        views.session_terminal_recording,
+        name="session-terminal-recording",
+    ),
+    path(
+        "terminal-recordings/<str:recording_id>.cast",
+        views.terminal_recording_audit,
+        name="terminal-recording-audit",
+    ),
     path("scheduled/", scheduled_views.task_list, name="scheduled-list"),
     path("scheduled/new", scheduled_views.task_new, name="scheduled-new"),
     path("scheduled/<int:task_id>/", scheduled_views.task_detail, name="scheduled-detail"),

@@ -5,7 +5,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib import messages
 from django.db.models import Max
-from django.http import Http404
+from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -14,6 +14,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.selectors import enabled_apps
 from quor import selectors as quor_selectors
+from quor.filestore import blob_chunks
 from quor.lib.errors import QuorError
 from quor.lib.permissions import Permission, get_active_membership, page_requires
 from sandboxes import selectors
@@ -21,6 +22,7 @@ from sandboxes.models import Sandbox, Session, Skill
 from sandboxes.runtime import services
 from sandboxes.scheduling import views as scheduled_views
 from sandboxes.sessions import services as sessions
+from sandboxes.terminal import selectors as terminal_selectors
 from webapps import services as webapp_services
 from webapps.services import session_set_sharing, webapp_payload
 
@@ -179,6 +181,8 @@ def _session_page(request, session, *, follow_up=None, status=200):
                 for link in webapp_services.public_links_of(session)
             ],
             "public_link_max_days": settings.QUOR_PUBLIC_LINK_MAX_DAYS,
+            "terminal_recordings": terminal_selectors.session_recordings(session),
+            "terminal_retention_days": settings.QUOR_TERMINAL_RECORDING_RETENTION_DAYS,
         },
         status=status,
     )
@@ -342,3 +346,37 @@ def sandbox_start_empty(request):
     else:
         messages.success(request, "Your sandbox starts with an empty workspace.")
     return redirect(back)
+
+
+def _asciicast_response(recording):
+    response = StreamingHttpResponse(
+        blob_chunks(recording.cast), content_type="application/x-asciicast"
+    )
+    response["Content-Disposition"] = (
+        f'attachment; filename="terminal-{recording.started_at:%Y%m%d-%H%M%S}-{recording.pk}.cast"'
+    )
+    response["Content-Length"] = str(recording.cast.size)
+    return response
+
+
+@page_requires(Permission.SANDBOX_USE)
+def session_terminal_recording(request, session_id, recording_id):
+    """A recording of the session's terminal, to its owner (the page replays it)."""
+    try:
+        recording = terminal_selectors.get_recording_for_owner(
+            request.user, session_id, recording_id
+        )
+    except QuorError:
+        raise Http404("No such terminal recording.") from None
+    return _asciicast_response(recording)
+
+
+@page_requires(Permission.AUDIT_VIEW)
+def terminal_recording_audit(request, recording_id):
+    """Any recording of the organization's terminals, to those who read its audit log
+    (linked from the admin's list of recordings)."""
+    try:
+        recording = terminal_selectors.get_recording_for_auditor(request.user, recording_id)
+    except QuorError:
+        raise Http404("No such terminal recording.") from None
+    return _asciicast_response(recording)

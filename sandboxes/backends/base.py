@@ -131,6 +131,29 @@ class ExecResult:
     duration_s: float
 
 
+class Terminal:
+    """An interactive command on a PTY in a sandbox, as the sandbox user: what the PTY
+    sends, what is typed into it, its size. `read` blocks; `close` from another thread
+    ends a read that waits."""
+
+    def read(self) -> bytes:
+        """The next bytes the PTY sent; b"" once the command ended or the terminal closed."""
+        raise NotImplementedError
+
+    def write(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def resize(self, cols: int, rows: int) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def exit_code(self) -> int | None:
+        """The command's exit status once it ended; None while it runs or if unknown."""
+        raise NotImplementedError
+
+
 class SandboxBackend:
     """A place where sandboxes run: each sandbox has at most one runtime (where its
     commands run, as the sandbox user, behind its firewall) and one workspace (its files
@@ -206,6 +229,20 @@ class SandboxBackend:
         """Runs argv as the sandbox user and yields its stdout as it comes.
         Raises BackendError at the end if the command failed."""
         raise NotImplementedError
+
+    def open_terminal(
+        self,
+        sandbox_id: str,
+        argv: list[str],
+        *,
+        cwd: str,
+        env: dict[str, str],
+        cols: int,
+        rows: int,
+    ) -> Terminal:
+        """Starts argv on a PTY of `cols` x `rows` as the sandbox user. Raises
+        RuntimeMissing if no runtime runs; a backend without terminals says so."""
+        raise BackendError(f"Terminals need the Docker backend; this sandbox runs on {self.name}.")
 
     def export_workspace(self, sandbox_id: str, path: str = ".") -> Iterator[bytes]:
         """The workspace (or `path` in it) as an uncompressed tar stream, read with the

@@ -41,7 +41,16 @@ from quor.lib.permissions import (
 from quor.models import AuditEntry, Membership, SingleSignOn, User
 from quor.service_accounts import service_account_create, service_account_token_create
 from sandboxes.library.files import library_file_put
-from sandboxes.models import ExecRecord, Sandbox, ScheduledTask, Session, Skill
+from sandboxes.models import (
+    ExecRecord,
+    Sandbox,
+    ScheduledTask,
+    Session,
+    Skill,
+    TerminalOutput,
+    TerminalRecording,
+)
+from sandboxes.terminal.services import terminal_recording_finish
 from tests import factories
 from webapps.models import PublicLink, PublicLinkPolicy, SessionConfidentiality, WebApp
 
@@ -169,8 +178,15 @@ def build_world():
         started_at=timezone.now(),
         deadline=timezone.now(),
     )
+    recording = TerminalRecording.objects.create(
+        organization=acme, user=member, session=session, width=80, height=24,
+        started_at=timezone.now(),
+    )  # fmt: skip
+    TerminalOutput.objects.create(recording=recording, at=0.1, kind="o", data="$ ")
+    terminal_recording_finish(recording_id=recording.pk, reason="The shell ended.")
     kwargs = {
         "session-detail": own,
+        "session-terminal-recording": {**own, "recording_id": recording.pk},
         "session-follow-up": own,
         "session-cancel": own,
         "session-rename": own,
@@ -223,6 +239,7 @@ def build_world():
         "scim-schema": {"schema_id": "urn:ietf:params:scim:schemas:core:2.0:User"},
     }
     organization_kwargs = {
+        "terminal-recording-audit": {"recording_id": recording.pk},
         "app-credential-set": {"app_id": app.pk},
         "app-credential-clear": {"app_id": app.pk},
         "model-provider-detail": {"pk": provider.pk},
@@ -263,6 +280,7 @@ def build_world():
         Session: session.pk,
         ScheduledTask: task.pk,
         ExecRecord: record.pk,
+        TerminalRecording: recording.pk,
     }
     return World(personas, member, clients, table, admin_objects)
 

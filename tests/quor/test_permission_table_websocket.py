@@ -16,7 +16,10 @@ def committed_world(transactional_db):
     return build_world()
 
 
-WEBSOCKET_CLOSE_CODES = {4401: "login", 4403: "refused", 4404: "hidden"}
+# 4400 comes only after the permission and session checks, when the consumer reads the
+# query: the terminal's path here carries no size, so "allowed" stops there rather than
+# starting a sandbox.
+WEBSOCKET_CLOSE_CODES = {4400: "allowed", 4401: "login", 4403: "refused", 4404: "hidden"}
 
 
 @pytest.mark.django_db(transaction=True)

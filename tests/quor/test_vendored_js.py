@@ -12,6 +12,10 @@ VENDORED = {
     "dompurify/purify.min.js": "dompurify/dist/purify.min.js",
     "highlight/highlight.min.js": "@highlightjs/cdn-assets/highlight.min.js",
     "highlight/github.min.css": "@highlightjs/cdn-assets/styles/github.min.css",
+    "xterm/xterm.js": "@xterm/xterm/lib/xterm.js",
+    "xterm/xterm.css": "@xterm/xterm/css/xterm.css",
+    "xterm/addon-fit.js": "@xterm/addon-fit/lib/addon-fit.js",
+    "xterm/addon-canvas.js": "@xterm/addon-canvas/lib/addon-canvas.js",
 }
 
 

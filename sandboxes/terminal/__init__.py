@@ -1,0 +1,1 @@
+"""The session's interactive terminal (services.py says how it works)."""
