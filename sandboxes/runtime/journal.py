@@ -177,21 +177,15 @@ def exec_finished(record: ExecRecord, result: ExecResult) -> ExecRecord:
 
 
 def exec_not_started(record: ExecRecord, reason: str) -> ExecRecord:
-    fields = {
-        "status": ExecRecord.Status.NOT_STARTED,
-        "error": reason,
-        "finished_at": timezone.now(),
-    }
-    return _write(record, fields)
+    return _ended_without_result(record, ExecRecord.Status.NOT_STARTED, reason)
 
 
 def exec_interrupted(record: ExecRecord, reason: str) -> ExecRecord:
-    fields = {
-        "status": ExecRecord.Status.INTERRUPTED,
-        "error": reason,
-        "finished_at": timezone.now(),
-    }
-    return _write(record, fields)
+    return _ended_without_result(record, ExecRecord.Status.INTERRUPTED, reason)
+
+
+def _ended_without_result(record: ExecRecord, status: str, reason: str) -> ExecRecord:
+    return _write(record, {"status": status, "error": reason, "finished_at": timezone.now()})
 
 
 def _write(record: ExecRecord, fields: dict) -> ExecRecord:

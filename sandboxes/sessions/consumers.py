@@ -16,19 +16,13 @@ from urllib.parse import parse_qs
 from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from quor.lib.errors import QuorError
 from quor.lib.kept_connections import on_kept_connection
-from quor.lib.permissions import Permission, require_permission
+from quor.lib.permissions import Permission
 from sandboxes import selectors
-from sandboxes.runtime import services
-from sandboxes.sessions.events import serialize_event, session_group, viewer_group
+from sandboxes.sessions.events import serialize_event, session_group
+from sandboxes.sessions.sockets import CLOSE_UNAUTHENTICATED, session_of_socket
 
-CLOSE_UNAUTHENTICATED = 4401
-CLOSE_FORBIDDEN = 4403
-CLOSE_NOT_FOUND = 4404
 CATCH_UP_SECONDS = 3
-_require_permission = on_kept_connection(require_permission)
-_session_in_use = on_kept_connection(services.session_in_use)
 _events_after = on_kept_connection(selectors.events_after)
 
 
@@ -36,24 +30,8 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
     required_permission = Permission.SANDBOX_USE
 
     async def connect(self):
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
-        # Before the checks: a deactivation that lands while they run still closes it.
-        self.viewer_group = viewer_group(user.pk)
-        await self.channel_layer.group_add(self.viewer_group, self.channel_name)
-        try:
-            await _require_permission(user, self.required_permission)
-        except QuorError:
-            await self.close(code=CLOSE_FORBIDDEN)
-            return
-        try:
-            self.session = await _session_in_use(
-                user, self.scope["url_route"]["kwargs"]["session_id"]
-            )
-        except QuorError:
-            await self.close(code=CLOSE_NOT_FOUND)
+        self.session = await session_of_socket(self)
+        if self.session is None:
             return
         query = parse_qs(self.scope.get("query_string", b"").decode())
         after = query.get("after", ["0"])[0]

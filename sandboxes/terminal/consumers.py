@@ -23,17 +23,14 @@ from django.db import connection
 
 from quor.lib.errors import QuorError
 from quor.lib.kept_connections import on_kept_connection
-from quor.lib.permissions import Permission, require_permission
+from quor.lib.permissions import Permission
 from sandboxes.runtime import services as runtime
-from sandboxes.sessions.events import viewer_group
+from sandboxes.sessions.sockets import CLOSE_UNAUTHENTICATED, session_of_socket
 from sandboxes.terminal import services
 
 CLOSE_ENDED = 4000
 CLOSE_ATTACH_AGAIN = 4001  # the attachment reached ATTACHMENT_MAX_S
 CLOSE_INVALID = 4400
-CLOSE_UNAUTHENTICATED = 4401
-CLOSE_FORBIDDEN = 4403
-CLOSE_NOT_FOUND = 4404
 CLOSE_REPLACED = 4409
 CLOSE_UNAVAILABLE = 4503
 CLOSE_TOO_BIG = 4413  # not 1009: daphne (autobahn) sends only 1000 and 3000-4999
@@ -42,8 +39,6 @@ OPENED_ELSEWHERE = "The terminal was opened elsewhere."
 # Typing marks the sandbox in use at most this often (one write each time).
 TOUCH_EVERY_S = 30
 
-_require_permission = on_kept_connection(require_permission)
-_session_in_use = on_kept_connection(runtime.session_in_use)
 _output_record = on_kept_connection(services.terminal_output_record)
 _sandbox_touch = on_kept_connection(runtime.sandbox_touch)
 
@@ -83,22 +78,10 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         await super().close(code=code)
 
     async def connect(self):
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+        session = await session_of_socket(self)
+        if session is None:
             return
-        self.viewer_group = viewer_group(user.pk)
-        await self.channel_layer.group_add(self.viewer_group, self.channel_name)
-        try:
-            await _require_permission(user, self.required_permission)
-        except QuorError:
-            await self.close(code=CLOSE_FORBIDDEN)
-            return
-        try:
-            session = await _session_in_use(user, self.scope["url_route"]["kwargs"]["session_id"])
-        except QuorError:
-            await self.close(code=CLOSE_NOT_FOUND)
-            return
+        user = self.scope["user"]
         query = parse_qs(self.scope.get("query_string", b"").decode())
         try:
             cols, rows = services.clean_terminal_size(

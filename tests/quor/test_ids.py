@@ -1,3 +1,4 @@
+"""Ids that arrive as text (URLs, forms, query strings)."""
 
 
 def test_only_ascii_digits_that_fit_a_bigint_are_database_ids():
