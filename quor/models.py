@@ -62,6 +62,7 @@ class Organization(models.Model):
     )
     allow_public_links = models.BooleanField(
         default=False,
+        db_default=False,
         help_text="Members may give people outside Quor a link to a web app of a session. "
         "Switching it off stops every link of the organization at once.",
     )

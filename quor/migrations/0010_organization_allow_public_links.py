@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='organization',
             name='allow_public_links',
-            field=models.BooleanField(default=False, help_text='Members may give people outside Quor a link to a web app of a session. Switching it off stops every link of the organization at once.'),
+            field=models.BooleanField(db_default=False, default=False, help_text='Members may give people outside Quor a link to a web app of a session. Switching it off stops every link of the organization at once.'),
         ),
     ]

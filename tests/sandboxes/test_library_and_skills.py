@@ -230,18 +230,18 @@ def test_existing_library_files_and_skills_move_into_the_file_store_and_back(loc
         ("sandboxes", "0005_session_sharing"),
         ("sandboxes", "0008_remove_inline_contents"),
     )
-    executor = MigrationExecutor(connection)
-    executor.migrate([before])
-    old = executor.loader.project_state([before]).apps
-    org = old.get_model("quor", "Organization").objects.create(name="Acme", slug="acme")
-    user = old.get_model("quor", "User").objects.create(email="owner@acme.test")
-    old.get_model("sandboxes", "LibraryFile").objects.create(
-        owner_id=user.pk, path="notes.txt", content=b"milk", sha256="x"
-    )
-    old.get_model("sandboxes", "Skill").objects.create(
-        organization_id=org.pk, name="report", description="d", files=REPORT_FILES
-    )
     try:
+        executor = MigrationExecutor(connection)
+        executor.migrate([before])
+        old = executor.loader.project_state([before]).apps
+        org = old.get_model("quor", "Organization").objects.create(name="Acme", slug="acme")
+        user = old.get_model("quor", "User").objects.create(email="owner@acme.test")
+        old.get_model("sandboxes", "LibraryFile").objects.create(
+            owner_id=user.pk, path="notes.txt", content=b"milk", sha256="x"
+        )
+        old.get_model("sandboxes", "Skill").objects.create(
+            organization_id=org.pk, name="report", description="d", files=REPORT_FILES
+        )
         executor = MigrationExecutor(connection)
         executor.migrate([after])
         moved = {
