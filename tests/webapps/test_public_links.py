@@ -326,6 +326,10 @@ def test_an_address_of_an_allowed_domain_gets_a_code_by_mail_and_the_code_opens_
     assert b'name="email"' in page and b"headers" not in page  # the app said nothing
     assert b"example.com" not in page  # nor does the page say which domains may come in
     assert set_cookies(refused) == []
+    # The password form's policy: no script at all, and not the sandbox (whose opaque
+    # origin would make the link's cookie a third-party one).
+    policy = refused.getheader("Content-Security-Policy")
+    assert policy.startswith("default-src 'none';") and "sandbox" not in policy
 
     asked = ask_code(link, " Visitor@Example.COM ")  # as people type their address
     assert asked.status == 200
