@@ -577,13 +577,15 @@ def public_link_password_matches(link: PublicLink, password: str) -> bool:
 
 
 def visitor_email(typed: str) -> str | None:
-    """The address an email link's visitor typed, lowercased, if it is one."""
+    """The address an email link's visitor typed, lowercased, if it is one; a domain
+    typed in Unicode in its xn-- form, as the link's domains are given."""
     email = typed.strip().lower()
     try:
         validate_email(email)
-    except ValidationError:
+        local, _, domain = email.rpartition("@")
+        return f"{local}@{domain.encode('idna').decode('ascii')}"
+    except (ValidationError, UnicodeError):
         return None
-    return email
 
 
 def email_may_open(link: PublicLink, email: str) -> bool:

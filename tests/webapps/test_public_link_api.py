@@ -233,3 +233,16 @@ def test_the_session_page_makes_a_link_for_email_domains(owner, app_of_owner):
     link = PublicLink.objects.get()
     assert link.visitor_auth == "email" and link.email_domains == ["acme.test", "example.com"]
     assert "email at acme.test, example.com" in page.get(session_url).content.decode()
+
+
+@pytest.mark.parametrize(
+    ("typed", "address"),
+    [
+        (" Visitor@Example.COM ", "visitor@example.com"),
+        ("a@bücher.de", "a@xn--bcher-kva.de"),
+        ("not an address", None),
+        ("a@example.com\r\nBcc: b@example.com", None),
+    ],
+)
+def test_a_visitors_address_is_compared_lowercase_with_its_domain_in_xn_form(typed, address):
+    assert webapps.visitor_email(typed) == address
