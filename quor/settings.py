@@ -429,6 +429,22 @@ QUOR_PUBLIC_LINK_MAX_DAYS = envint("QUOR_PUBLIC_LINK_MAX_DAYS", 30)
 QUOR_PUBLIC_LINK_MAX_REQUESTS_PER_MINUTE = envint("QUOR_PUBLIC_LINK_MAX_REQUESTS_PER_MINUTE", 600)
 # Most bytes a public link may serve over its life (also its default), across all proxies.
 QUOR_PUBLIC_LINK_MAX_BANDWIDTH_BYTES = envint("QUOR_PUBLIC_LINK_MAX_BANDWIDTH_BYTES", 5 * 1024**3)
+
+# Outgoing mail (Django's SMTP backend): the one-time codes of public links restricted to
+# email domains. No host: no mail, and such links cannot be made.
+EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+EMAIL_HOST = env("QUOR_EMAIL_HOST", "")
+# The SMTP server's port (587: submission with STARTTLS).
+EMAIL_PORT = envint("QUOR_EMAIL_PORT", 587)
+# Login at the SMTP server; both empty: none.
+EMAIL_HOST_USER = env("QUOR_EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env("QUOR_EMAIL_HOST_PASSWORD", "")
+# STARTTLS before the login and the message (off only for a relay on loopback).
+EMAIL_USE_TLS = envbool("QUOR_EMAIL_USE_TLS", True)
+# The From address of Quor's mail.
+DEFAULT_FROM_EMAIL = env("QUOR_EMAIL_FROM", "quor@localhost")
+# Seconds an SMTP connection may take before the sending gives up.
+EMAIL_TIMEOUT = 10
 # Seconds a request parked for the user's approval waits before it fails closed.
 QUOR_APPROVAL_TIMEOUT_SECONDS = envint("QUOR_APPROVAL_TIMEOUT_SECONDS", 300)
 # Where the proxy keeps its CA (created on first start, then kept).

@@ -181,6 +181,7 @@ def _session_page(request, session, *, follow_up=None, status=200):
                 for link in webapp_services.public_links_of(session)
             ],
             "public_link_max_days": settings.QUOR_PUBLIC_LINK_MAX_DAYS,
+            "email_links_possible": bool(settings.EMAIL_HOST),
             "terminal_recordings": terminal_selectors.session_recordings(session),
             "terminal_retention_days": settings.QUOR_TERMINAL_RECORDING_RETENTION_DAYS,
         },
@@ -196,9 +197,11 @@ def _public_links_allowed(user, session) -> bool:
 @page_requires(Permission.SANDBOX_USE)
 @require_POST
 def session_public_link_create(request, session_id):
-    """The session page's form: a link for one of its web apps, for `days` days."""
+    """The session page's form: a link for one of its web apps, for `days` days, with a
+    password or email domains (separated by commas or spaces) if given."""
     session = _session_or_404(request.user, session_id)
     password = request.POST.get("password", "")
+    email_domains = request.POST.get("email_domains", "").lower().replace(",", " ").split()
     days = request.POST.get("days", "")
     days = (
         int(days) if days.isascii() and days.isdigit() and len(days) <= 4 else 0
@@ -209,8 +212,9 @@ def session_public_link_create(request, session_id):
             session=session,
             webapp_id=request.POST.get("webapp", ""),
             expires_at=timezone.now() + timedelta(days=days),
-            visitor_auth="password" if password else "none",
+            visitor_auth="email" if email_domains else "password" if password else "none",
             password=password,
+            email_domains=email_domains,
         )
     except QuorError as exc:
         messages.error(request, exc.message)

@@ -75,7 +75,7 @@ class SessionConfidentialityAdmin(OrganizationAdminAccess, admin.ModelAdmin):
 
 class PublicLinkVisitInline(ReadOnlyAdmin, admin.TabularInline):
     model = PublicLinkVisit
-    fields = ["opened_at", "address", "authenticated_by", "user_agent"]
+    fields = ["opened_at", "address", "authenticated_by", "email", "user_agent"]
     readonly_fields = fields
     extra = 0
 
@@ -92,6 +92,7 @@ class PublicLinkAdmin(ReadOnlyAdmin, OrganizationAdminAccess, admin.ModelAdmin):
         "label",
         "creator",
         "visitor_auth",
+        "email_domains",
         "requests_per_minute",
         "bandwidth_bytes",
         "created_at",

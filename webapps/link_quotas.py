@@ -1,7 +1,8 @@
 """Public links' quotas, counted in Redis so that every web app proxy process shares
-them: requests per fixed minute, bytes served over the link's life, and password
-attempts per visitor address. The proxy asks here on each visitor request (asyncio:
-the proxy's event loop never waits on a socket).
+them: requests per fixed minute, bytes served over the link's life, and sign-in
+attempts (passwords, email codes asked for and given) per visitor address. The proxy
+asks here on each visitor request (asyncio: the proxy's event loop never waits on a
+socket).
 
 Unlike the API's rate limits, a Redis that cannot be reached refuses visitors (the
 proxy answers 503): a quota that holds only while Redis is up is not a quota."""
@@ -13,9 +14,9 @@ import redis.asyncio
 from django.conf import settings
 
 KEY_PREFIX = "quor:public-link:"
-# Password attempts per visitor address and link in PASSWORD_WINDOW_SECONDS.
-PASSWORD_ATTEMPTS = 10
-PASSWORD_WINDOW_SECONDS = 15 * 60
+# Sign-in attempts per visitor address and link in SIGN_IN_WINDOW_SECONDS.
+SIGN_IN_ATTEMPTS = 10
+SIGN_IN_WINDOW_SECONDS = 15 * 60
 
 # KEYS[1]: this minute's request count; KEYS[2]: bytes served. ARGV: requests per
 # minute, bandwidth in bytes. Returns 0 if the request is counted, 1 if the minute's
@@ -36,7 +37,7 @@ return 0
 
 
 @functools.cache
-def _client() -> redis.asyncio.Redis:
+def redis_client() -> redis.asyncio.Redis:
     """One pool per proxy process (one event loop: `manage.py run_webapp_proxy`)."""
     return redis.asyncio.Redis.from_url(
         settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2
@@ -45,7 +46,7 @@ def _client() -> redis.asyncio.Redis:
 
 @functools.cache
 def _take_request_script():
-    return _client().register_script(_TAKE_REQUEST)
+    return redis_client().register_script(_TAKE_REQUEST)
 
 
 REQUESTS_USED_UP, BANDWIDTH_USED_UP = 1, 2
@@ -68,17 +69,17 @@ async def request_take(link) -> tuple[int, int]:
 async def bytes_add(link_id, size: int, expires_at) -> None:
     """Counts bytes served to visitors; the count lives as long as the link."""
     key = f"{KEY_PREFIX}{link_id}:bytes"
-    async with _client().pipeline(transaction=True) as pipe:
+    async with redis_client().pipeline(transaction=True) as pipe:
         pipe.incrby(key, size)
         pipe.expireat(key, int(expires_at.timestamp()) + 60)
         await pipe.execute()
 
 
-async def password_attempt_take(link_id, address: str) -> bool:
-    """Counts a password attempt from this address; False once they are used up."""
-    key = f"{KEY_PREFIX}{link_id}:password:{address}"
-    async with _client().pipeline(transaction=True) as pipe:
+async def sign_in_attempt_take(link_id, address: str) -> bool:
+    """Counts a sign-in form sent from this address; False once they are used up."""
+    key = f"{KEY_PREFIX}{link_id}:sign-in:{address}"
+    async with redis_client().pipeline(transaction=True) as pipe:
         pipe.incr(key)
-        pipe.expire(key, PASSWORD_WINDOW_SECONDS, nx=True)
+        pipe.expire(key, SIGN_IN_WINDOW_SECONDS, nx=True)
         count, _ = await pipe.execute()
-    return count <= PASSWORD_ATTEMPTS
+    return count <= SIGN_IN_ATTEMPTS

@@ -4,6 +4,7 @@ import secrets
 import uuid
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 from quor.models import Organization
@@ -55,6 +56,7 @@ class PublicLink(models.Model):
     class VisitorAuth(models.TextChoices):
         NONE = "none", "Anyone with the link"
         PASSWORD = "password", "A password"
+        EMAIL = "email", "An email address of allowed domains"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     webapp = models.ForeignKey(WebApp, on_delete=models.CASCADE, related_name="public_links")
@@ -63,6 +65,12 @@ class PublicLink(models.Model):
         max_length=10, choices=VisitorAuth.choices, default=VisitorAuth.NONE
     )
     password_hash = models.CharField(max_length=200, blank=True)
+    email_domains = ArrayField(
+        models.CharField(max_length=253),
+        default=list,
+        blank=True,
+        help_text="For email links: the domains whose addresses get a one-time code.",
+    )
     requests_per_minute = models.PositiveIntegerField()
     bandwidth_bytes = models.PositiveBigIntegerField(
         help_text="Bytes the link may serve to visitors over its whole life."
@@ -82,14 +90,15 @@ class PublicLink(models.Model):
 
 
 class PublicLinkVisit(models.Model):
-    """A visitor opened a link (the first request of a browser, or a password accepted):
-    who opened what, for the audit."""
+    """A visitor opened a link (the first request of a browser, a password or an email's
+    one-time code accepted): who opened what, for the audit."""
 
     link = models.ForeignKey(PublicLink, on_delete=models.CASCADE, related_name="visits")
     opened_at = models.DateTimeField(auto_now_add=True)
     address = models.GenericIPAddressField(null=True)
     user_agent = models.CharField(max_length=300, blank=True)
     authenticated_by = models.CharField(max_length=10, blank=True)
+    email = models.EmailField(blank=True, help_text="The address an email link's code went to.")
 
     class Meta:
         ordering = ["-opened_at"]

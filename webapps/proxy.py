@@ -17,8 +17,9 @@ import http
 import logging
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from http.cookies import SimpleCookie
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 
 import httptools
 from channels.db import database_sync_to_async
@@ -28,7 +29,7 @@ from django.templatetags.static import static
 
 from quor.lib import metrics
 from webapps import headers as header_rules
-from webapps import link_quotas, services
+from webapps import link_codes, link_quotas, services
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +56,10 @@ MAX_HEAD_BYTES = 64 * 1024
 HOST_SHAPE = re.compile(r"([a-z0-9._-]+|\[[0-9a-f:.]+\])(:[0-9]+)?", re.IGNORECASE)
 
 NOT_FOUND = b"Not found.\n"
-# A public link's password form: the most body it reads.
+# A public link's sign-in forms: the most body they read.
 MAX_FORM_BYTES = 4096
+# Threads of a proxy process that send public links' codes by mail (SMTP blocks).
+MAIL_THREADS = 2
 # Bytes served to a link's visitors are added to its count in Redis at least this often.
 LINK_BYTES_FLUSH = 1024 * 1024
 REASONS = {status.value: status.phrase for status in http.HTTPStatus}
@@ -114,9 +117,13 @@ def _password_matches(link, password):
 
 
 @database_sync_to_async
-def _visit_record(link, address, user_agent, authenticated_by):
+def _visit_record(link, address, user_agent, authenticated_by, email=""):
     services.public_link_visit_record(
-        link=link, address=address, user_agent=user_agent, authenticated_by=authenticated_by
+        link=link,
+        address=address,
+        user_agent=user_agent,
+        authenticated_by=authenticated_by,
+        email=email,
     )
 
 
@@ -157,16 +164,38 @@ def _stylesheet() -> str:
     return settings.QUOR_PUBLIC_URL.rstrip("/") + static("quor/quor.css")
 
 
-def _password_page(status: int, next_path: str, wrong: bool) -> tuple[list, bytes]:
-    """A public link's password form. Not under the sandbox CSP (an opaque origin would
-    make the cookie its answer sets a third-party one): a CSP with no script at all."""
+# A sign-in page's steps: its title and where its form posts.
+SIGN_IN_STEPS = {
+    "password": ("Password needed", services.LINK_PASSWORD_PATH),
+    "email": ("Email address needed", services.LINK_EMAIL_PATH),
+    "code": ("Code needed", services.LINK_CODE_PATH),
+}
+
+WRONG_ANSWERS = {
+    "password": "That password is not right.",
+    "code": "That code is not right, was used already or has expired.",
+}
+
+
+def _sign_in_page(step: str, next_path: str, *, error="", email="") -> tuple[list, bytes]:
+    """A public link's sign-in form: its password, or an email address and then the
+    code mailed to it. Not under the sandbox CSP (an opaque origin would make the cookie
+    its answer sets a third-party one): a CSP with no script at all."""
+    title, action = SIGN_IN_STEPS[step]
+    next_path = services.safe_next(next_path)
     body = render_to_string(
-        "webapps/link_password.html",
+        "webapps/link_sign_in.html",
         {
+            "step": step,
+            "title": title,
             "stylesheet": _stylesheet(),
-            "action": services.LINK_PASSWORD_PATH,
-            "next": services.safe_next(next_path),
-            "wrong": wrong,
+            "action": action,
+            "next": next_path,
+            "next_query": urlencode({"next": next_path}),
+            "email_action": services.LINK_EMAIL_PATH,
+            "email": email,
+            "code_minutes": link_codes.CODE_SECONDS // 60,
+            "error": error,
         },
     ).encode()
     quor_origin = settings.QUOR_PUBLIC_URL.rstrip("/")
@@ -231,7 +260,7 @@ class Request:
         self.fields = {}
         self.viewer = None  # (user id, app label), once the viewer's cookie names them
         # (None, link label) for a public link's visitor.
-        self.collect = False  # a link's password form: served once its body is read
+        self.collect = False  # a link's sign-in form: served once its body is read
         self.set_cookie = ""  # a link's visitor cookie, added to the app's response
 
     def header(self, name: str) -> str:
@@ -300,6 +329,7 @@ class WebAppProxy:
         self._tunnels: dict[ViewerConnection, tuple[int | None, str]] = {}
         self._background: set[asyncio.Future] = set()
         self._tunnel_checks = None
+        self._mail = ThreadPoolExecutor(MAIL_THREADS, thread_name_prefix="quor-link-mail")
 
     def connection(self) -> "ViewerConnection":
         return ViewerConnection(self)
@@ -315,6 +345,14 @@ class WebAppProxy:
                 logger.warning("web app proxy: %s (%s)", failure, task.exception())
 
         task.add_done_callback(done)
+
+    async def code_send(self, link, email: str) -> None:
+        """A new one-time code for this email link and address: kept in Redis (as an
+        HMAC), then mailed from a thread of the proxy's own, as SMTP blocks."""
+        code = link_codes.code_new()
+        await link_codes.code_store(link.pk, email, link_codes.code_digest(link.pk, email, code))
+        mail = functools.partial(services.public_link_code_mail, link=link, email=email, code=code)
+        await asyncio.get_running_loop().run_in_executor(self._mail, mail)
 
     def label(self, host: str) -> str | None:
         """The app label of a Host header (remembered: every request asks)."""
@@ -408,6 +446,7 @@ class WebAppProxy:
         return connection
 
     def close(self) -> None:
+        self._mail.shutdown(wait=False)
         for idle in self._idle.values():
             for _, connection in idle:
                 connection.close()
@@ -683,7 +722,7 @@ class ViewerConnection(asyncio.Protocol):
     def on_message_complete(self):
         request = self.parsing
         request.complete = True
-        if request.collect:  # a link's password form, read whole
+        if request.collect:  # a link's sign-in form, read whole
             request.collect = False
             return self.serve(request)
         if request.sending and request.chunked and not request.discard:
@@ -699,7 +738,7 @@ class ViewerConnection(asyncio.Protocol):
             headers = [("content-type", "text/plain; charset=utf-8"), ("content-length", "11")]
             return self.respond(request, 404, headers, NOT_FOUND)
         if services.is_link_label(label):
-            form = request.path == services.LINK_PASSWORD_PATH and request.method == "POST"
+            form = request.path in services.LINK_SIGN_IN_PATHS and request.method == "POST"
             if form and not request.complete:
                 request.collect = True  # on_message_complete serves it
                 return None
@@ -733,13 +772,13 @@ class ViewerConnection(asyncio.Protocol):
             return self.reply(request, 429, message, retry_after=retry_after)
         if refused == link_quotas.BANDWIDTH_USED_UP:
             return self.reply(request, 429, "This link has served all it may serve.")
-        if request.path == services.LINK_PASSWORD_PATH:
-            return await self.link_password(request, link)
+        if request.path in services.LINK_SIGN_IN_PATHS:
+            return await self.link_sign_in(request, link)
         if request.path.startswith("/__quor/"):
             return self.reply(request, 404, "Not found.")
         if not self.link_visitor(request, link):
-            if link.visitor_auth == link.VisitorAuth.PASSWORD:
-                headers, body = _password_page(401, request.target, wrong=False)
+            if link.visitor_auth != link.VisitorAuth.NONE:
+                headers, body = _sign_in_page(link.visitor_auth, request.target)
                 return self.respond(request, 401, headers, body)
             await _visit_record(link, self.peer(), request.header("user-agent"), "")
             request.set_cookie = services.link_visitor_cookie(link)
@@ -756,33 +795,65 @@ class ViewerConnection(asyncio.Protocol):
         morsel = cookies.get(services.LINK_COOKIE)
         return morsel is not None and services.link_visitor_admitted(morsel.value, link)
 
-    async def link_password(self, request: Request, link):
-        """The password form (GET) and its answer (POST): attempts are limited per
-        visitor address and link, across proxy processes."""
-        if link.visitor_auth != link.VisitorAuth.PASSWORD:
+    async def link_sign_in(self, request: Request, link):
+        """The sign-in forms (GET: the first one; POST: an answer). Every answer counts
+        as an attempt per visitor address and link, across proxy processes."""
+        if services.LINK_SIGN_IN_PATHS[request.path] != link.visitor_auth:
             return self.reply(request, 404, "Not found.")
-        query = parse_qs(request.target.partition("?")[2])
         if request.method != "POST":
-            headers, body = _password_page(200, query.get("next", ["/"])[0], wrong=False)
+            query = parse_qs(request.target.partition("?")[2])
+            headers, body = _sign_in_page(link.visitor_auth, query.get("next", ["/"])[0])
             return self.respond(request, 200, headers, body)
-        if not await link_quotas.password_attempt_take(link.pk, self.peer() or ""):
-            message = "Too many wrong passwords from your address. Try again later."
-            retry_after = link_quotas.PASSWORD_WINDOW_SECONDS
+        if not await link_quotas.sign_in_attempt_take(link.pk, self.peer() or ""):
+            message = "Too many attempts from your address. Try again later."
+            retry_after = link_quotas.SIGN_IN_WINDOW_SECONDS
             return self.reply(request, 429, message, retry_after=retry_after)
         form = parse_qs(b"".join(request.pending).decode("utf-8", "replace"))
         request.pending = []
-        next_path = services.safe_next(form.get("next", ["/"])[0])
-        if not await _password_matches(link, form.get("password", [""])[0]):
-            headers, body = _password_page(403, next_path, wrong=True)
+        fields = {name: values[0] for name, values in form.items()}
+        next_path = services.safe_next(fields.get("next", "/"))
+        if request.path == services.LINK_EMAIL_PATH:
+            return await self.link_code_asked(request, link, fields.get("email", ""), next_path)
+        if request.path == services.LINK_PASSWORD_PATH:
+            email, step = "", "password"
+            admitted = await _password_matches(link, fields.get("password", ""))
+        else:
+            email, step = services.visitor_email(fields.get("email", "")) or "", "code"
+            code = fields.get("code", "")
+            admitted = bool(email) and await link_codes.code_take(link.pk, email, code)
+        if not admitted:
+            error = WRONG_ANSWERS[step]
+            headers, body = _sign_in_page(step, next_path, error=error, email=email)
             return self.respond(request, 403, headers, body)
-        await _visit_record(link, self.peer(), request.header("user-agent"), "password")
+        user_agent = request.header("user-agent")
+        await _visit_record(link, self.peer(), user_agent, link.visitor_auth, email)
         headers = [
             ("location", next_path),
-            ("set-cookie", services.link_visitor_cookie(link)),
+            ("set-cookie", services.link_visitor_cookie(link, email)),
             ("cache-control", "no-store"),
             ("content-length", "0"),
         ]
         self.respond(request, 303, headers, b"")
+
+    async def link_code_asked(self, request: Request, link, typed: str, next_path: str):
+        """An email link's visitor gave an address: a code goes to it if its domain is
+        one of the link's. The answer is the same either way, sent before the mail (no
+        time to tell them apart), so the page does not tell the link's domains."""
+        email = services.visitor_email(typed)
+        if email is None:
+            error = "That is not an email address."
+            headers, body = _sign_in_page("email", next_path, error=error)
+            return self.respond(request, 400, headers, body)
+        if not await link_codes.code_send_take(email):
+            message = "Too many codes were asked for this address. Try again later."
+            retry_after = link_codes.CODES_PER_EMAIL_WINDOW_SECONDS
+            return self.reply(request, 429, message, retry_after=retry_after)
+        if services.email_may_open(link, email):
+            self.proxy.background(
+                self.proxy.code_send(link, email), "could not send a public link's code"
+            )
+        headers, body = _sign_in_page("code", next_path, email=email)
+        self.respond(request, 200, headers, body)
 
     def peer(self) -> str | None:
         """The visitor's address as the proxy sees it (behind a front proxy: its own)."""

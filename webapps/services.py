@@ -4,6 +4,7 @@ that app's host only)."""
 
 import functools
 import logging
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlencode, urlsplit
@@ -11,6 +12,9 @@ from urllib.parse import urlencode, urlsplit
 from django.conf import settings
 from django.contrib.auth.hashers import check_password, make_password
 from django.core import signing
+from django.core.exceptions import ValidationError
+from django.core.mail import send_mail
+from django.core.validators import validate_email
 from django.db import transaction
 from django.utils import timezone
 
@@ -30,6 +34,7 @@ from sandboxes.runtime.services import (
 from sandboxes.selectors import is_uuid
 from sandboxes.sessions.events import session_events_append
 from sandboxes.sessions.services import app_token_placeholders
+from webapps import link_codes
 from webapps.models import PublicLink, PublicLinkVisit, WebApp
 
 logger = logging.getLogger(__name__)
@@ -310,8 +315,21 @@ LINK_PREFIX = "p"
 LINK_VISITOR_SALT = "quor.webapps.link-visitor"
 LINK_COOKIE = "quor_link"
 LINK_PASSWORD_PATH = "/__quor/link-password"  # noqa: S105 (a path, not a password)
+LINK_EMAIL_PATH = "/__quor/link-email"
+LINK_CODE_PATH = "/__quor/link-code"
+# The proxy's sign-in forms (POST) and the links they are for.
+LINK_SIGN_IN_PATHS = {
+    LINK_PASSWORD_PATH: PublicLink.VisitorAuth.PASSWORD,
+    LINK_EMAIL_PATH: PublicLink.VisitorAuth.EMAIL,
+    LINK_CODE_PATH: PublicLink.VisitorAuth.EMAIL,
+}
 MIN_LINK_PASSWORD_CHARS = 8
 MAX_LINK_PASSWORD_CHARS = 200
+MAX_LINK_EMAIL_DOMAINS = 20
+# A lowercase host name of two labels or more (letters, digits, hyphens; an IDN in its
+# xn-- form); no wildcard: each domain is exactly that domain, subdomains are listed.
+EMAIL_DOMAIN_PATTERN = r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
+MAX_EMAIL_DOMAIN_CHARS = 253
 
 
 def is_link_label(label: str) -> bool:
@@ -361,6 +379,7 @@ def public_link_create(
     expires_at,
     visitor_auth: str = PublicLink.VisitorAuth.NONE,
     password: str = "",
+    email_domains: list[str] | None = None,
     requests_per_minute: int | None = None,
     bandwidth_bytes: int | None = None,
 ) -> PublicLink:
@@ -401,6 +420,7 @@ def public_link_create(
             "A password is only for links with visitor_auth `password`.",
             code="webapps.invalid_link_password",
         )
+    email_domains = _email_domains(visitor_auth, email_domains or [])
     most_requests = settings.QUOR_PUBLIC_LINK_MAX_REQUESTS_PER_MINUTE
     requests_per_minute = _quota(requests_per_minute, most_requests, "requests_per_minute")
     bandwidth_bytes = _quota(
@@ -411,6 +431,7 @@ def public_link_create(
             webapp=webapp,
             visitor_auth=visitor_auth,
             password_hash=make_password(password) if password else "",
+            email_domains=email_domains,
             requests_per_minute=requests_per_minute,
             bandwidth_bytes=bandwidth_bytes,
             expires_at=expires_at,
@@ -425,12 +446,44 @@ def public_link_create(
                 "session": str(session.pk),
                 "expires_at": expires_at.isoformat(),
                 "visitor_auth": visitor_auth,
+                "email_domains": email_domains,
                 "requests_per_minute": requests_per_minute,
                 "bandwidth_bytes": bandwidth_bytes,
             },
             actor=user,
         )
     return link
+
+
+def _email_domains(visitor_auth: str, domains: list[str]) -> list[str]:
+    """An email link's domains: 1 to MAX_LINK_EMAIL_DOMAINS lowercase host names, and
+    mail to send its codes with; other links have none."""
+    if visitor_auth != PublicLink.VisitorAuth.EMAIL:
+        if domains:
+            raise InvalidInput(
+                "email_domains are only for links with visitor_auth `email`.",
+                code="webapps.invalid_link_email_domains",
+            )
+        return []
+    if not settings.EMAIL_HOST:
+        raise InvalidInput(
+            "This deployment sends no mail (QUOR_EMAIL_HOST is not set), so links restricted "
+            "to email domains cannot be made.",
+            code="webapps.email_not_configured",
+        )
+    shaped = all(
+        isinstance(domain, str)
+        and len(domain) <= MAX_EMAIL_DOMAIN_CHARS
+        and re.fullmatch(EMAIL_DOMAIN_PATTERN, domain)
+        for domain in domains
+    )
+    if not domains or len(domains) > MAX_LINK_EMAIL_DOMAINS or not shaped:
+        raise InvalidInput(
+            f"An email link needs 1 to {MAX_LINK_EMAIL_DOMAINS} email domains, each a lowercase "
+            "host name such as example.com (no wildcard: list subdomains one by one).",
+            code="webapps.invalid_link_email_domains",
+        )
+    return sorted(set(domains))
 
 
 def _quota(value, most: int, name: str) -> int:
@@ -484,6 +537,7 @@ def public_link_payload(link: PublicLink) -> dict:
         "webapp": str(link.webapp_id),
         "url": app_origin().origin(link.label) + "/",
         "visitor_auth": link.visitor_auth,
+        "email_domains": link.email_domains,
         "requests_per_minute": link.requests_per_minute,
         "bandwidth_bytes": link.bandwidth_bytes,
         "expires_at": link.expires_at,
@@ -522,21 +576,60 @@ def public_link_password_matches(link: PublicLink, password: str) -> bool:
     return bool(link.password_hash) and check_password(password, link.password_hash)
 
 
+def visitor_email(typed: str) -> str | None:
+    """The address an email link's visitor typed, lowercased, if it is one; a domain
+    typed in Unicode in its xn-- form, as the link's domains are given."""
+    email = typed.strip().lower()
+    try:
+        validate_email(email)
+        local, _, domain = email.rpartition("@")
+        return f"{local}@{domain.encode('idna').decode('ascii')}"
+    except (ValidationError, UnicodeError):
+        return None
+
+
+def email_may_open(link: PublicLink, email: str) -> bool:
+    """Exactly one of the link's domains: `example.com` admits no `a.example.com`."""
+    return email.rpartition("@")[2] in link.email_domains
+
+
+def public_link_code_mail(*, link: PublicLink, email: str, code: str) -> None:
+    """Mails the one-time code (blocking: the proxy calls it on a thread of its own)."""
+    url = app_origin().origin(link.label) + "/"
+    minutes = link_codes.CODE_SECONDS // 60
+    body = (
+        f"Your code to open {url} is {code}\n\n"
+        f"It works once, within {minutes} minutes. If you did not ask for it, ignore this "
+        "mail: nobody gets in without the code.\n"
+    )
+    send_mail(f"Your code: {code}", body, None, [email])
+
+
 def public_link_visit_record(
-    *, link: PublicLink, address: str | None, user_agent: str, authenticated_by: str
+    *,
+    link: PublicLink,
+    address: str | None,
+    user_agent: str,
+    authenticated_by: str,
+    email: str = "",
 ) -> PublicLinkVisit:
     return PublicLinkVisit.objects.create(
         link=link,
         address=address,
         user_agent=user_agent[:300],
         authenticated_by=authenticated_by,
+        email=email,
     )
 
 
-def link_visitor_cookie(link: PublicLink) -> str:
-    """What the visitor's browser keeps: the link and how the visitor got in. Another
-    link, or the app's private host, does not accept it."""
-    value = signing.dumps({"l": link.label, "a": link.visitor_auth}, salt=LINK_VISITOR_SALT)
+def link_visitor_cookie(link: PublicLink, email: str = "") -> str:
+    """What the visitor's browser keeps: the link and how the visitor got in (with an
+    email link, the address). Another link, or the app's private host, does not accept
+    it."""
+    data = {"l": link.label, "a": link.visitor_auth}
+    if email:
+        data["e"] = email
+    value = signing.dumps(data, salt=LINK_VISITOR_SALT)
     seconds = max(0, int((link.expires_at - timezone.now()).total_seconds()))
     return f"{LINK_COOKIE}={value}; {viewer_cookie_attributes(seconds)}"
 

@@ -5,6 +5,7 @@ from rest_framework import serializers
 from quor.lib.serializers import StrictSerializer
 from quor.selectors import make_model_id
 from sandboxes.models import ExecRecord, Sandbox, Session
+from webapps import services as webapp_services
 from webapps.models import PublicLink
 
 # Asked-for workload options that a sandbox may never have, and the error each gets.
@@ -320,7 +321,9 @@ class PublicLinkCreateSerializer(StrictSerializer):
         choices=PublicLink.VisitorAuth.choices,
         required=False,
         default=PublicLink.VisitorAuth.NONE,
-        help_text="`none`: anyone with the link; `password`: visitors give `password`.",
+        help_text="`none`: anyone with the link; `password`: visitors give `password`; "
+        "`email`: visitors give an email address of `email_domains` and the one-time code "
+        "mailed to it (`webapps.email_not_configured` without QUOR_EMAIL_HOST).",
     )
     password = serializers.CharField(
         required=False,
@@ -329,6 +332,17 @@ class PublicLinkCreateSerializer(StrictSerializer):
         max_length=200,
         write_only=True,
         help_text="For `password` links: 8 to 200 characters (`webapps.invalid_link_password`).",
+    )
+    email_domains = serializers.ListField(
+        child=serializers.RegexField(
+            webapp_services.EMAIL_DOMAIN_PATTERN,
+            max_length=webapp_services.MAX_EMAIL_DOMAIN_CHARS,
+        ),
+        required=False,
+        max_length=webapp_services.MAX_LINK_EMAIL_DOMAINS,
+        help_text="For `email` links: 1 to 20 lowercase domains whose addresses may open it, "
+        "each exactly (`example.com` admits no `a.example.com`; no wildcards) "
+        "(`webapps.invalid_link_email_domains`).",
     )
     requests_per_minute = serializers.IntegerField(
         required=False,
@@ -351,6 +365,9 @@ class PublicLinkSerializer(serializers.Serializer):
     webapp = serializers.UUIDField()
     url = serializers.URLField(help_text="The link: an origin of its own, not the app's.")
     visitor_auth = serializers.ChoiceField(choices=PublicLink.VisitorAuth.choices)
+    email_domains = serializers.ListField(
+        child=serializers.CharField(), help_text="For `email` links: who may open it."
+    )
     requests_per_minute = serializers.IntegerField()
     bandwidth_bytes = serializers.IntegerField()
     expires_at = serializers.DateTimeField()
@@ -358,13 +375,14 @@ class PublicLinkSerializer(serializers.Serializer):
 
 
 class PublicLinkVisitSerializer(serializers.Serializer):
-    """A visitor who opened the link: the first request of a browser, or a password
-    accepted."""
+    """A visitor who opened the link: the first request of a browser, or a password or
+    an email's one-time code accepted."""
 
     opened_at = serializers.DateTimeField()
     address = serializers.IPAddressField(allow_null=True)
     user_agent = serializers.CharField()
-    authenticated_by = serializers.CharField(help_text="`password`, or empty.")
+    authenticated_by = serializers.CharField(help_text="`password`, `email`, or empty.")
+    email = serializers.CharField(help_text="The address an email link's code went to, or empty.")
 
 
 class LibraryFileSerializer(serializers.Serializer):

@@ -44,7 +44,8 @@ REFERENCES = {
     ("PATCH", "/api/v1/scheduled-tasks/{id}/"): "the same, and `cron` and `timezone` syntax",
     ("POST", "/api/v1/sessions/{session_id}/exec/"): "`env` names (no propertyNames in 3.0)",
     ("POST", "/api/v1/sessions/{id}/public-links/"): "`webapp` names the session's own app, "
-    "`expires_at` at most QUOR_PUBLIC_LINK_MAX_DAYS away, a password for password links",
+    "`expires_at` at most QUOR_PUBLIC_LINK_MAX_DAYS away, a password for password links, "
+    "email domains for email links only",
 }
 ACCEPTED_WITH_400 = ["2XX", "400", "401", "403", "404", "409", "429", "5XX"]
 # The generator sends one Idempotency-Key with several bodies: a used key with another

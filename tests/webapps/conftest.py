@@ -4,7 +4,9 @@ HTTP helpers that reach it through the web app proxy's own process (`webapp_prox
 `manage.py run_webapp_proxy`) on the app's own host. Quor's web process (daphne,
 `quor_web`) keeps the hand-off and the viewer page."""
 
+import email
 import http.client
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -63,3 +65,43 @@ def cookie_for(user, webapp) -> str:
     set_cookie = response.getheader("Set-Cookie")
     assert "HttpOnly" in set_cookie and "Domain" not in set_cookie
     return set_cookie.split(";")[0]
+
+
+class Mailbox:
+    """What the test SMTP server received: (recipients, parsed message), in order."""
+
+    def __init__(self):
+        self.messages = []
+
+    async def handle_DATA(self, server, session, envelope):  # aiosmtpd's handler hook
+        self.messages.append((envelope.rcpt_tos, email.message_from_bytes(envelope.content)))
+        return "250 OK"
+
+    def wait_for(self, recipient: str, seconds: float = 15):
+        """The first message to `recipient`, once it has arrived."""
+        deadline = time.monotonic() + seconds
+        while True:
+            for recipients, message in self.messages:
+                if recipient in recipients:
+                    return message
+            assert time.monotonic() < deadline, f"no mail to {recipient}"
+            time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def smtp_server():
+    """A real SMTP server (aiosmtpd) where QUOR_EMAIL_HOST and QUOR_EMAIL_PORT point in
+    the tests (pyproject), so the web app proxy's processes send it their mail."""
+    from aiosmtpd.controller import Controller
+
+    mailbox = Mailbox()
+    controller = Controller(mailbox, hostname=settings.EMAIL_HOST, port=settings.EMAIL_PORT)
+    controller.start()
+    yield mailbox
+    controller.stop()
+
+
+@pytest.fixture
+def mailbox(smtp_server):
+    smtp_server.messages.clear()
+    return smtp_server

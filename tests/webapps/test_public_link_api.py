@@ -166,3 +166,83 @@ def test_a_member_cannot_switch_links_on(owner, org):
     )
     org.refresh_from_db()
     assert org.allow_public_links is False
+
+
+def test_the_owner_makes_a_link_for_people_of_email_domains(client_for, owner, app_of_owner):
+    response = _create(
+        client_for(owner),
+        app_of_owner,
+        visitor_auth="email",
+        email_domains=["example.com", "b.example.org", "example.com"],
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["email_domains"] == ["b.example.org", "example.com"]
+    link = PublicLink.objects.get()
+    assert link.visitor_auth == "email" and link.password_hash == ""
+    entry = AuditEntry.objects.get(action="public_link.created")
+    assert entry.changes["email_domains"] == ["b.example.org", "example.com"]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"visitor_auth": "email"},
+        {"visitor_auth": "email", "email_domains": []},
+        {"visitor_auth": "email", "email_domains": ["Example.com"]},
+        {"visitor_auth": "email", "email_domains": ["*.example.com"]},
+        {"visitor_auth": "email", "email_domains": ["localhost"]},
+        {"visitor_auth": "email", "email_domains": ["https://example.com"]},
+        {"visitor_auth": "email", "email_domains": ["someone@example.com"]},
+        {"visitor_auth": "email", "email_domains": ["example..com"]},
+        {"visitor_auth": "email", "email_domains": [42]},
+        {"visitor_auth": "email", "email_domains": "example.com"},
+        {"visitor_auth": "email", "email_domains": [f"d{n}.example.com" for n in range(21)]},
+        {"visitor_auth": "email", "email_domains": ["example.com"], "password": PASSWORD},
+        {"email_domains": ["example.com"]},
+        {"visitor_auth": "password", "password": PASSWORD, "email_domains": ["example.com"]},
+    ],
+)
+def test_a_bad_list_of_email_domains_is_refused_and_makes_nothing(
+    client_for, owner, app_of_owner, fields
+):
+    response = _create(client_for(owner), app_of_owner, **fields)
+    assert response.status_code == 400, response.content
+    assert not PublicLink.objects.exists()
+
+
+def test_no_email_link_where_no_mail_can_be_sent(client_for, owner, app_of_owner, settings):
+    settings.EMAIL_HOST = ""
+    response = _create(
+        client_for(owner), app_of_owner, visitor_auth="email", email_domains=["example.com"]
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "webapps.email_not_configured"
+    assert not PublicLink.objects.exists()
+
+
+def test_the_session_page_makes_a_link_for_email_domains(owner, app_of_owner):
+    page = Client()
+    page.force_login(owner)
+    session_url = f"/sessions/{app_of_owner.session_id}/"
+    assert b'name="email_domains"' in page.get(session_url).content
+    made = page.post(
+        f"{session_url}public-links",
+        {"webapp": str(app_of_owner.pk), "days": "3", "email_domains": "Example.com, acme.test"},
+    )
+    assert made.status_code == 302
+    link = PublicLink.objects.get()
+    assert link.visitor_auth == "email" and link.email_domains == ["acme.test", "example.com"]
+    assert "email at acme.test, example.com" in page.get(session_url).content.decode()
+
+
+@pytest.mark.parametrize(
+    ("typed", "address"),
+    [
+        (" Visitor@Example.COM ", "visitor@example.com"),
+        ("a@bücher.de", "a@xn--bcher-kva.de"),
+        ("not an address", None),
+        ("a@example.com\r\nBcc: b@example.com", None),
+    ],
+)
+def test_a_visitors_address_is_compared_lowercase_with_its_domain_in_xn_form(typed, address):
+    assert webapps.visitor_email(typed) == address

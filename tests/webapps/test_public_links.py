@@ -4,6 +4,7 @@ them for the quotas), the test app in a real sandbox behind them."""
 
 import http.client
 import json
+import re
 import socket
 import sys
 import time
@@ -13,6 +14,7 @@ from urllib.parse import urlencode, urlsplit
 import pytest
 import redis
 from django.conf import settings
+from django.core import signing
 from django.utils import timezone
 
 from quor.models import Organization
@@ -22,7 +24,7 @@ from tests.docker_helpers import wait_for_port
 from tests.webapps.conftest import PROXY, cookie_for, fetch
 from tests.webapps.test_webapp_proxy import HOSTILE_HEADERS
 from webapps import headers as header_rules
-from webapps import link_quotas
+from webapps import link_codes, link_quotas
 from webapps import services as webapps
 from webapps.models import PublicLink, PublicLinkVisit
 
@@ -164,7 +166,7 @@ def test_a_visitor_without_the_password_gets_only_the_form(webapp, owner):
 @pytest.mark.usefixtures("allowed")
 def test_password_guesses_are_limited_across_proxy_processes(webapp, owner, second_proxy):
     link = make_link(owner, webapp, visitor_auth="password", password=PASSWORD)
-    for _ in range(link_quotas.PASSWORD_ATTEMPTS):
+    for _ in range(link_quotas.SIGN_IN_ATTEMPTS):
         assert give_password(link, "a wrong guess").status == 403
     body = urlencode({"password": PASSWORD, "next": "/"})
     locked = visit(
@@ -265,3 +267,198 @@ def test_a_bandwidth_quota_used_up_in_one_proxy_holds_in_another(webapp, owner, 
     refused = visit(link, "/stream?size=10", proxy=second_proxy)
     assert refused.status == 429
     assert b"served all" in refused.read()
+
+
+# --- links restricted to email domains ------------------------------------------------------
+
+ALLOWED = "visitor@example.com"
+
+
+@pytest.fixture(autouse=True)
+def no_link_counts_carried_over():
+    """Codes asked for an address are counted whatever the link: each test starts anew."""
+    counter = redis.Redis.from_url(settings.REDIS_URL)
+    for key in counter.scan_iter(link_quotas.KEY_PREFIX + "*"):
+        counter.delete(key)
+
+
+def make_email_link(owner, webapp, domains=("example.com",)) -> PublicLink:
+    return make_link(owner, webapp, visitor_auth="email", email_domains=list(domains))
+
+
+def send_form(link, path, fields, *, proxy=PROXY):
+    return visit(
+        link,
+        path,
+        proxy=proxy,
+        method="POST",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+        body=urlencode({"next": "/echo", **fields}),
+    )
+
+
+def ask_code(link, address, **kwargs):
+    return send_form(link, webapps.LINK_EMAIL_PATH, {"email": address}, **kwargs)
+
+
+def give_code(link, address, code, **kwargs):
+    return send_form(link, webapps.LINK_CODE_PATH, {"email": address, "code": code}, **kwargs)
+
+
+def mailed_code(mailbox, address) -> str:
+    message = mailbox.wait_for(address)
+    (code,) = re.findall(r"\b\d{8}\b", message.get_payload())
+    return code
+
+
+def codes_mailed(mailbox) -> int:
+    return len(mailbox.messages)
+
+
+@pytest.mark.usefixtures("allowed")
+def test_an_address_of_an_allowed_domain_gets_a_code_by_mail_and_the_code_opens_the_app(
+    webapp, owner, mailbox
+):
+    link = make_email_link(owner, webapp)
+    refused = visit(link, "/echo")
+    assert refused.status == 401
+    page = refused.read()
+    assert b'name="email"' in page and b"headers" not in page  # the app said nothing
+    assert b"example.com" not in page  # nor does the page say which domains may come in
+    assert set_cookies(refused) == []
+    # The password form's policy: no script at all, and not the sandbox (whose opaque
+    # origin would make the link's cookie a third-party one).
+    policy = refused.getheader("Content-Security-Policy")
+    assert policy.startswith("default-src 'none';") and "sandbox" not in policy
+
+    asked = ask_code(link, " Visitor@Example.COM ")  # as people type their address
+    assert asked.status == 200
+    assert b'name="code"' in asked.read() and set_cookies(asked) == []
+    message = mailbox.wait_for(ALLOWED)
+    assert message["From"] == settings.DEFAULT_FROM_EMAIL
+    assert webapps.app_origin().origin(link.label) in message.get_payload()
+    # Redis keeps no code, only its HMAC, and not for long.
+    kept = redis.Redis.from_url(settings.REDIS_URL)
+    code = mailed_code(mailbox, ALLOWED)
+    stored = kept.hgetall(link_codes.code_key(link.pk, ALLOWED))
+    assert code.encode() not in b"".join(stored.values())
+    assert 0 < kept.ttl(link_codes.code_key(link.pk, ALLOWED)) <= link_codes.CODE_SECONDS
+
+    admitted = give_code(link, ALLOWED, code)
+    assert admitted.status == 303
+    assert admitted.getheader("Location") == "/echo"
+    cookie = visitor_cookie(admitted)
+    assert visit(link, "/echo", headers={"Cookie": cookie}).status == 200
+    # The cookie says how the visitor got in; it is the link's, never a Quor session's.
+    value = cookie.split("=", 1)[1]
+    carried = signing.loads(value, salt=webapps.LINK_VISITOR_SALT)
+    assert carried == {"l": link.label, "a": "email", "e": ALLOWED}
+    (opened,) = PublicLinkVisit.objects.filter(link=link)
+    assert opened.authenticated_by == "email" and opened.email == ALLOWED
+
+
+@pytest.mark.usefixtures("allowed")
+@pytest.mark.parametrize(
+    "outsider", ["someone@other.test", "visitor@sub.example.com", "visitor@example.com.evil.test"]
+)
+def test_an_address_of_another_domain_gets_no_mail_and_the_same_answer(
+    webapp, owner, mailbox, outsider
+):
+    link = make_email_link(owner, webapp)
+    outside = ask_code(link, outsider)
+    inside = ask_code(link, ALLOWED)
+    assert outside.status == inside.status == 200
+    outside_page = outside.read().replace(outsider.encode(), b"ADDRESS")
+    assert outside_page == inside.read().replace(ALLOWED.encode(), b"ADDRESS")
+    mailbox.wait_for(ALLOWED)  # sent after the outsider's request, and arrived
+    assert [recipients for recipients, _ in mailbox.messages] == [[ALLOWED]]
+    # An outsider's guess at a code opens nothing either.
+    assert give_code(link, outsider, "12345678").status == 403
+
+
+@pytest.mark.usefixtures("allowed")
+def test_a_wrong_a_used_and_an_expired_code_are_refused(webapp, owner, mailbox):
+    link = make_email_link(owner, webapp)
+    ask_code(link, ALLOWED)
+    code = mailed_code(mailbox, ALLOWED)
+    wrong = "00000000" if code != "00000000" else "11111111"
+    refused = give_code(link, ALLOWED, wrong)
+    assert refused.status == 403 and set_cookies(refused) == []
+    assert give_code(link, "other@example.com", code).status == 403  # another address's
+    assert give_code(link, ALLOWED, code).status == 303  # a wrong one does not void it
+    assert give_code(link, ALLOWED, code).status == 403  # used once: gone
+
+    mailbox.messages.clear()
+    ask_code(link, ALLOWED)
+    code = mailed_code(mailbox, ALLOWED)
+    redis.Redis.from_url(settings.REDIS_URL).pexpire(link_codes.code_key(link.pk, ALLOWED), 1)
+    time.sleep(0.05)
+    expired = give_code(link, ALLOWED, code)
+    assert expired.status == 403 and set_cookies(expired) == []
+    assert PublicLinkVisit.objects.filter(link=link).count() == 1
+
+
+@pytest.mark.usefixtures("allowed")
+def test_too_many_wrong_codes_void_the_code_even_at_another_proxy(
+    webapp, owner, mailbox, second_proxy
+):
+    link = make_email_link(owner, webapp)
+    ask_code(link, ALLOWED)
+    code = mailed_code(mailbox, ALLOWED)
+    wrong = "00000000" if code != "00000000" else "11111111"
+    for _ in range(link_codes.CODE_ATTEMPTS):
+        assert give_code(link, ALLOWED, wrong).status == 403
+    assert give_code(link, ALLOWED, code, proxy=second_proxy).status == 403
+    assert not PublicLinkVisit.objects.exists()
+
+
+@pytest.mark.usefixtures("allowed")
+def test_codes_asked_for_one_address_are_limited_across_links_whatever_its_domain(
+    webapp, owner, mailbox, second_proxy
+):
+    for address in (ALLOWED, "someone@other.test"):
+        links = [make_email_link(owner, webapp) for _ in range(2)]
+        for number in range(link_codes.CODES_PER_EMAIL):
+            assert ask_code(links[number % 2], address).status == 200
+        refused = ask_code(links[0], address, proxy=second_proxy)
+        assert refused.status == 429
+        assert int(refused.getheader("Retry-After")) > 0
+    deadline = time.monotonic() + 10
+    while codes_mailed(mailbox) < link_codes.CODES_PER_EMAIL:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert {tuple(recipients) for recipients, _ in mailbox.messages} == {(ALLOWED,)}
+
+
+@pytest.mark.usefixtures("allowed")
+def test_sign_in_attempts_at_an_email_link_are_limited_per_address(webapp, owner, second_proxy):
+    link = make_email_link(owner, webapp)
+    for number in range(link_quotas.SIGN_IN_ATTEMPTS):
+        assert give_code(link, f"guess{number}@example.com", "12345678").status == 403
+    locked = ask_code(link, ALLOWED, proxy=second_proxy)
+    assert locked.status == 429
+
+
+@pytest.mark.usefixtures("allowed")
+def test_the_cookie_of_an_email_visitor_opens_no_other_link(webapp, owner, mailbox):
+    link = make_email_link(owner, webapp)
+    ask_code(link, ALLOWED)
+    cookie = visitor_cookie(give_code(link, ALLOWED, mailed_code(mailbox, ALLOWED)))
+    other = make_email_link(owner, webapp)
+    assert visit(other, "/echo", headers={"Cookie": cookie}).status == 401
+    assert fetch(webapp, "/echo", headers={"Cookie": cookie}).status == 302  # private host
+    # Nor does a password link's cookie stand in for an email link's.
+    protected = make_link(owner, webapp, visitor_auth="password", password=PASSWORD)
+    password_cookie = visitor_cookie(give_password(protected, PASSWORD))
+    assert visit(link, "/echo", headers={"Cookie": password_cookie}).status == 401
+
+
+@pytest.mark.usefixtures("allowed")
+def test_the_email_forms_are_only_for_email_links(webapp, owner, mailbox):
+    protected = make_link(owner, webapp, visitor_auth="password", password=PASSWORD)
+    assert ask_code(protected, ALLOWED).status == 404
+    link = make_email_link(owner, webapp)
+    assert give_password(link, PASSWORD).status == 404
+    assert ask_code(link, "not an address").status == 400
+    assert visit(link, webapps.LINK_EMAIL_PATH).status == 200  # the form, asked for
+    assert mailbox.messages == []
