@@ -28,7 +28,8 @@ from django.templatetags.static import static
 
 from quor.lib import metrics
 from webapps import headers as header_rules
-from webapps import link_quotas, services
+from webapps import link_quotas, services, tunnels
+from webapps.relay import Relay, TunnelAddress
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,12 @@ def _webapp_for(user_id, label):
 
     close_old_connections()
     user = User.objects.select_related("membership__organization").filter(pk=user_id).first()
+    if tunnels.is_tunnel_label(label):
+        found = tunnels.tunnel_for_viewer(user, label)
+        if found is None:
+            return None, None, False
+        tunnel, channel = found
+        return tunnel, TunnelAddress(channel, tunnel.port), False
     try:
         webapp = services.get_webapp_for_viewer(user, label)
     except NotFound:
@@ -204,8 +211,8 @@ class Request:
     __slots__ = (
         "app_framing", "chunked", "collect", "complete", "discard", "done",
         "expect_continue", "fields", "framing", "has_body", "head_bytes", "headers",
-        "http11", "keep_alive", "method", "pending", "responded", "retried", "sending",
-        "set_cookie", "status", "target", "viewer", "websocket",
+        "http11", "keep_alive", "method", "pending", "responded", "retried", "room",
+        "sending", "set_cookie", "status", "target", "viewer", "websocket",
     )  # fmt: skip
 
     def __init__(self):
@@ -231,7 +238,10 @@ class Request:
         self.fields = {}
         self.viewer = None  # (user id, app label), once the viewer's cookie names them
         # (None, link label) for a public link's visitor.
-        self.collect = False  # a link's password form: served once its body is read
+        # The most body bytes read before it is served (a link's password form, a
+        # tunnel's request), or 0: relayed as it arrives.
+        self.collect = 0
+        self.room = None  # a tunnel's response: the body bytes it may still relay
         self.set_cookie = ""  # a link's visitor cookie, added to the app's response
 
     def header(self, name: str) -> str:
@@ -300,6 +310,7 @@ class WebAppProxy:
         self._tunnels: dict[ViewerConnection, tuple[int | None, str]] = {}
         self._background: set[asyncio.Future] = set()
         self._tunnel_checks = None
+        self.relay = Relay()
 
     def connection(self) -> "ViewerConnection":
         return ViewerConnection(self)
@@ -390,7 +401,8 @@ class WebAppProxy:
 
     def keep_idle(self, connection: "AppConnection") -> None:
         idle = self._idle.setdefault(connection.address, [])
-        if len(idle) >= UPSTREAM_IDLE_PER_APP:
+        # A tunnel's stream carries one request: its client checks each one's target.
+        if len(idle) >= UPSTREAM_IDLE_PER_APP or isinstance(connection.address, TunnelAddress):
             connection.close()
         else:
             idle.append((time.monotonic(), connection))
@@ -400,6 +412,8 @@ class WebAppProxy:
         self._idle[connection.address] = [item for item in idle if item[1] is not connection]
 
     async def connect(self, address) -> "AppConnection":
+        if isinstance(address, TunnelAddress):
+            return await self.relay.connect(lambda: AppConnection(self, address), address)
         loop = asyncio.get_running_loop()
         _, connection = await asyncio.wait_for(
             loop.create_connection(lambda: AppConnection(self, address), *address),
@@ -672,9 +686,9 @@ class ViewerConnection(asyncio.Protocol):
         request = self.parsing
         if request.discard:
             return
-        if request.collect and sum(map(len, request.pending)) + len(body) > MAX_FORM_BYTES:
-            request.collect = False
-            return self.reply(request, 413, "That form is too large.", close=True)
+        if request.collect and sum(map(len, request.pending)) + len(body) > request.collect:
+            request.collect = 0
+            return self.reply(request, 413, "The request's body is too large.", close=True)
         if request.sending:
             self.app.transport.write(request.body_for_app(body))
         else:
@@ -683,8 +697,8 @@ class ViewerConnection(asyncio.Protocol):
     def on_message_complete(self):
         request = self.parsing
         request.complete = True
-        if request.collect:  # a link's password form, read whole
-            request.collect = False
+        if request.collect:  # read whole: served now
+            request.collect = 0
             return self.serve(request)
         if request.sending and request.chunked and not request.discard:
             self.app.transport.write(LAST_CHUNK)
@@ -701,7 +715,7 @@ class ViewerConnection(asyncio.Protocol):
         if services.is_link_label(label):
             form = request.path == services.LINK_PASSWORD_PATH and request.method == "POST"
             if form and not request.complete:
-                request.collect = True  # on_message_complete serves it
+                request.collect = MAX_FORM_BYTES  # on_message_complete serves it
                 return None
             return self.run(request, self.serve_link(request, label))
         if request.path == services.HANDOFF_PATH:
@@ -803,11 +817,31 @@ class ViewerConnection(asyncio.Protocol):
             return self.reply(request, 503, message)
         if request.websocket and not self.origin_allowed(request, label):
             return self.reply(request, 403, "This page may not open the app's WebSocket.")
+        if isinstance(address, TunnelAddress) and not self.tunnel_request_read(request):
+            return None
         app = None if request.websocket else self.proxy.idle_connection(address)
         if app is None:
             return self.run(request, self.connect_and_forward(request, address))
         app.reused = True
         self.forward(request, app)
+
+    def tunnel_request_read(self, request: Request) -> bool:
+        """A tunnel's request goes to the client whole and bounded: a body is read first
+        (on_message_complete serves the request again), refused over the bound before a
+        byte leaves. The response's body is bounded the same (response_body)."""
+        most = settings.QUOR_TUNNEL_MAX_BODY_BYTES
+        request.room = most
+        if not request.has_body or request.complete:
+            return True
+        length = request.header("content-length").strip()
+        if length.isdigit() and int(length) > most:
+            self.reply(request, 413, "The request's body is too large.", close=True)
+            return False
+        if request.expect_continue:
+            self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.expect_continue = False
+        request.collect = most
+        return False
 
     def origin_allowed(self, request: Request, label: str) -> bool:
         """The app's own origin, or "null": the preview iframe and the CSP sandbox give
@@ -939,6 +973,12 @@ class ViewerConnection(asyncio.Protocol):
             self.response_end(app, reusable=False)
 
     def response_body(self, body: bytes) -> None:
+        request = self.requests[0]
+        if request.room is not None:
+            request.room -= len(body)
+            if request.room < 0:  # cut short: the viewer sees an incomplete response
+                logger.info("web app proxy: a tunnel's response body is too large")
+                return self.close()
         self.write(_chunk(body) if self.requests[0].framing == CHUNKED else body)
 
     def response_end(self, app: AppConnection, reusable: bool = True) -> None:
