@@ -142,6 +142,8 @@ class TunnelConsumer(AsyncWebsocketConsumer):
     async def tunnel_open(self, message):
         self.streams[message["stream"]] = message["reply"]
         await self.send(bytes_data=b"o" + message["stream"].encode())
+        opened = {"type": "tunnel.opened", "stream": message["stream"]}
+        await self.channel_layer.send(message["reply"], opened)
 
     async def tunnel_data(self, message):
         if message["stream"] in self.streams:

@@ -356,7 +356,8 @@ class WebAppProxy:
         found = self.cached_access(user_id, label)
         if found is None:
             found = await _webapp_for(user_id, label)
-            _remember(self._access, (user_id, label), found, time.monotonic())
+            if not tunnels.is_tunnel_label(label):  # a tunnel's route ends at once: asked anew
+                _remember(self._access, (user_id, label), found, time.monotonic())
         return found
 
     def tunnel_opened(self, viewer: "ViewerConnection", user_id: int, label: str) -> None:

@@ -9,7 +9,8 @@ request (or one WebSocket), never a kept-alive second one, so the client checks 
 request's target before it connects.
 
 Messages on the channel layer: `tunnel.open` (with the proxy's `reply` channel),
-`tunnel.data` and `tunnel.close`, each naming its `stream`. Redis pub/sub keeps one
+`tunnel.opened` (the consumer's acknowledgement), `tunnel.data` and `tunnel.close`, each
+naming its `stream`. Redis pub/sub keeps one
 sender's messages in order; a lost one shows as a stream that does not answer."""
 
 import asyncio
@@ -23,9 +24,12 @@ logger = logging.getLogger(__name__)
 
 # Bytes per message: a bigger write goes as several.
 CHUNK_BYTES = 64 * 1024
-# A stream whose client says nothing for this long after it opened is closed (the viewer
-# gets 502): the client, its web process or the local server is gone or stuck.
-ANSWER_SECONDS = 30
+# A stream that its consumer does not acknowledge this soon is closed (the viewer gets
+# 502): the web process holding the tunnel died, and its heartbeat has not lapsed yet.
+ACK_SECONDS = 5
+# Nor one whose client says nothing for this long after that: the client or the local
+# server is gone or stuck.
+ANSWER_SECONDS = 60
 
 
 class TunnelAddress(NamedTuple):
@@ -70,7 +74,9 @@ class Relay:
             stream = self.streams.get(message.get("stream"))
             if stream is None:
                 continue
-            if message["type"] == "tunnel.data":
+            if message["type"] == "tunnel.opened":
+                stream.acknowledged()
+            elif message["type"] == "tunnel.data":
                 stream.received(message["data"])
             elif message["type"] == "tunnel.close":
                 stream.ended()
@@ -88,7 +94,7 @@ class Stream:
         self.sender = None
         self.closing = False
         self.lost = False
-        self.waiting = asyncio.get_running_loop().call_later(ANSWER_SECONDS, self.close)
+        self.waiting = asyncio.get_running_loop().call_later(ACK_SECONDS, self.close)
 
     # --- the transport's interface, for AppConnection and ViewerConnection --------------------
 
@@ -120,6 +126,10 @@ class Stream:
         return default
 
     # --- from the relay ------------------------------------------------------------------------
+
+    def acknowledged(self) -> None:
+        self.waiting.cancel()
+        self.waiting = asyncio.get_running_loop().call_later(ANSWER_SECONDS, self.close)
 
     def received(self, data: bytes) -> None:
         self.waiting.cancel()
