@@ -304,14 +304,19 @@ class PublicLinkVisitsView(APIView):
 
 
 class TunnelListView(APIView):
-    """Your open local relay tunnels (`quor tunnel PORT`). Personal API tokens only."""
+    """Your open local relay tunnels (`quor tunnel PORT`), newest first (paginated).
+    Personal API tokens only."""
 
     required_permission = Permission.SANDBOX_USE
+    pagination_class = CursorPagination
 
     @extend_schema(responses=TunnelSerializer(many=True))
     def get(self, request):
-        payloads = [tunnels.tunnel_payload(tunnel) for tunnel in tunnels.tunnels_of(request.user)]
-        return Response(TunnelSerializer(payloads, many=True).data)
+        pages = CursorPagination(request, ordering=NEWEST_FIRST)
+        return pages.response(
+            tunnels.tunnels_of(request.user),
+            lambda page: TunnelSerializer(map(tunnels.tunnel_payload, page), many=True).data,
+        )
 
 
 class TunnelView(APIView):

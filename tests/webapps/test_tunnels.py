@@ -327,7 +327,8 @@ def test_a_colleague_is_refused_until_the_tunnel_is_shared_and_another_organizat
     assert cookie_for(proxy, colleague, client) is None
     assert cookie_for(proxy, stranger, client) is None
 
-    status, listed = api(web, token, "GET", "/api/v1/tunnels/")
+    status, page = api(web, token, "GET", "/api/v1/tunnels/")
+    listed = page["results"]
     assert status == 200 and [each["url"] for each in listed] == [client.url]
     status, shared = api(
         web, token, "PATCH", f"/api/v1/tunnels/{listed[0]['id']}/", {"sharing": "organization"}
