@@ -832,12 +832,13 @@ class ViewerConnection(asyncio.Protocol):
         byte leaves. The response's body is bounded the same (response_body)."""
         most = settings.QUOR_TUNNEL_MAX_BODY_BYTES
         request.room = most
-        if not request.has_body or request.complete:
-            return True
         length = request.header("content-length").strip()
-        if length.isdigit() and int(length) > most:
+        read = sum(map(len, request.pending))  # what came with the head, while deciding
+        if (length.isdigit() and int(length) > most) or read > most:
             self.reply(request, 413, "The request's body is too large.", close=True)
             return False
+        if not request.has_body or request.complete:
+            return True
         if request.expect_continue:
             self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             request.expect_continue = False
