@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from aiohttp import ClientSession
+from aiohttp import ClientSession, WSMsgType
 from aiohttp import web as aiohttp_web
 from django.test import Client
 from websockets.asyncio.server import serve as websocket_serve
@@ -625,3 +625,52 @@ def test_the_client_is_a_package_of_its_own_that_needs_only_websockets(tmp_path)
     ]
     assert b"quor = quor_cli.main:main" in entry_points
     assert not any(name.startswith(("quor/", "webapps/", "sandboxes/")) for name in names)
+
+
+def test_two_openings_at_once_cannot_both_take_the_last_place(owner, colleague, settings):
+    settings.QUOR_TUNNELS_MAX = 1
+    ready = threading.Barrier(2)
+    outcomes = []
+
+    def open_one(user):
+        from django.db import connection
+
+        ready.wait()
+        try:
+            tunnels.tunnel_open(user=user, port=8000, channel="test")
+            outcomes.append("opened")
+        except tunnels.TooManyTunnels:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=open_one, args=(user,)) for user in (owner, colleague)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    assert sorted(outcomes) == ["opened", "refused"]
+    assert Tunnel.objects.filter(closed_at=None).count() == 1
+
+
+def test_a_websocket_through_the_tunnel_closes_when_its_client_goes(
+    web, proxy, owner, local_server, open_tunnel
+):
+    client = open_tunnel(web, local_server.port, token_of(owner))
+    cookie = cookie_for(proxy, owner, client)
+
+    async def talk():
+        async with (
+            ClientSession() as session,
+            session.ws_connect(
+                f"http://{proxy[0]}:{proxy[1]}/echo",
+                headers={"Host": client.host, "Cookie": cookie},
+            ) as websocket,
+        ):
+            await websocket.send_str("before")
+            assert (await websocket.receive(timeout=20)).data == "echo: before"
+            client.process.kill()
+            return (await websocket.receive(timeout=20)).type
+
+    assert asyncio.run(talk()) in (WSMsgType.CLOSE, WSMsgType.CLOSED, WSMsgType.ERROR)
