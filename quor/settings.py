@@ -229,6 +229,7 @@ SPECTACULAR_SETTINGS = {
         "KnowledgeSourceKindEnum": "knowledge.models.KnowledgeSource.Kind",
         "SandboxStateEnum": "sandboxes.models.Sandbox.State",
         "ExecRecordStatusEnum": "sandboxes.models.ExecRecord.Status",
+        "SharingEnum": "sandboxes.models.Session.Sharing",
     },
     # drf-spectacular's enum names, then every operation's error responses (quor/lib/schema.py).
     "POSTPROCESSING_HOOKS": [
@@ -301,6 +302,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "sandboxes.tasks.delete_old_exec_records",
         "schedule": 3600.0,
     },
+    "close-lost-tunnels": {"task": "webapps.tasks.close_lost_tunnels", "schedule": 30.0},
     "tend-terminal-recordings": {
         "task": "sandboxes.tasks.tend_terminal_recordings",
         "schedule": 300.0,
@@ -445,6 +447,17 @@ EMAIL_USE_TLS = envbool("QUOR_EMAIL_USE_TLS", True)
 DEFAULT_FROM_EMAIL = env("QUOR_EMAIL_FROM", "quor@localhost")
 # Seconds an SMTP connection may take before the sending gives up.
 EMAIL_TIMEOUT = 10
+# Local relay tunnels (`quor tunnel PORT`) open at once across the deployment; 0 turns
+# them off (the default: tunnels are opt-in).
+QUOR_TUNNELS_MAX = envint("QUOR_TUNNELS_MAX", 0)
+# Local relay tunnels one user may have open at once.
+QUOR_TUNNELS_PER_USER = envint("QUOR_TUNNELS_PER_USER", 2)
+# A tunnel's hard lifetime: it closes then, connected or not.
+QUOR_TUNNEL_TTL_SECONDS = envint("QUOR_TUNNEL_TTL_SECONDS", 8 * 3600)
+# Largest request body, and largest response body, relayed through a tunnel.
+QUOR_TUNNEL_MAX_BODY_BYTES = envint("QUOR_TUNNEL_MAX_BODY_BYTES", 10 * 1024**2)
+# Whether opening a tunnel also needs the operator token (X-Quor-Operator-Token).
+QUOR_TUNNEL_REQUIRE_OPERATOR_TOKEN = envbool("QUOR_TUNNEL_REQUIRE_OPERATOR_TOKEN", False)
 # Seconds a request parked for the user's approval waits before it fails closed.
 QUOR_APPROVAL_TIMEOUT_SECONDS = envint("QUOR_APPROVAL_TIMEOUT_SECONDS", 300)
 # Where the proxy keeps its CA (created on first start, then kept).

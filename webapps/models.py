@@ -123,3 +123,41 @@ class SessionConfidentiality(Session):
         proxy = True
         verbose_name = "session confidentiality"
         verbose_name_plural = "session confidentiality"
+
+
+def new_tunnel_label() -> str:
+    """A relay tunnel's host label: `<label>.<base domain>`. 128 random bits: nobody
+    finds a tunnel by guessing its host."""
+    return "t" + secrets.token_hex(16)
+
+
+class Tunnel(models.Model):
+    """A local relay tunnel: a `quor tunnel PORT` client's outbound WebSocket, whose
+    exact host the web app proxy relays to that client's loopback port while it is
+    connected, until its hard TTL (webapps/tunnels.py)."""
+
+    Sharing = Session.Sharing  # shared as a web app is, with the same words
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tunnels"
+    )
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    label = models.CharField(max_length=40, unique=True, default=new_tunnel_label, editable=False)
+    port = models.PositiveIntegerField(help_text="The loopback port the client relays to.")
+    sharing = models.CharField(max_length=20, choices=Sharing.choices, default=Sharing.PRIVATE)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    closed_at = models.DateTimeField(null=True, blank=True)
+    close_reason = models.CharField(max_length=20, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(
+                fields=["owner"], condition=models.Q(closed_at=None), name="tunnel_open_owner"
+            )
+        ]
+
+    def __str__(self):
+        return f"tunnel {self.label} to port {self.port}"

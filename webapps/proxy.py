@@ -29,7 +29,8 @@ from django.templatetags.static import static
 
 from quor.lib import metrics
 from webapps import headers as header_rules
-from webapps import link_codes, link_quotas, services
+from webapps import link_codes, link_quotas, services, tunnels
+from webapps.relay import Relay, TunnelAddress
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +89,12 @@ def _webapp_for(user_id, label):
 
     close_old_connections()
     user = User.objects.select_related("membership__organization").filter(pk=user_id).first()
+    if tunnels.is_tunnel_label(label):
+        found = tunnels.tunnel_for_viewer(user, label)
+        if found is None:
+            return None, None, False
+        tunnel, channel = found
+        return tunnel, TunnelAddress(channel, tunnel.port), False
     try:
         webapp = services.get_webapp_for_viewer(user, label)
     except NotFound:
@@ -233,8 +240,8 @@ class Request:
     __slots__ = (
         "app_framing", "chunked", "collect", "complete", "discard", "done",
         "expect_continue", "fields", "framing", "has_body", "head_bytes", "headers",
-        "http11", "keep_alive", "method", "pending", "responded", "retried", "sending",
-        "set_cookie", "status", "target", "viewer", "websocket",
+        "http11", "keep_alive", "method", "pending", "responded", "retried", "room",
+        "sending", "set_cookie", "status", "target", "viewer", "websocket",
     )  # fmt: skip
 
     def __init__(self):
@@ -260,7 +267,10 @@ class Request:
         self.fields = {}
         self.viewer = None  # (user id, app label), once the viewer's cookie names them
         # (None, link label) for a public link's visitor.
-        self.collect = False  # a link's sign-in form: served once its body is read
+        # The most body bytes read before it is served (a link's sign-in form, a
+        # tunnel's request), or 0: relayed as it arrives.
+        self.collect = 0
+        self.room = None  # a tunnel's response: the body bytes it may still relay
         self.set_cookie = ""  # a link's visitor cookie, added to the app's response
 
     def header(self, name: str) -> str:
@@ -330,6 +340,7 @@ class WebAppProxy:
         self._background: set[asyncio.Future] = set()
         self._tunnel_checks = None
         self._mail = ThreadPoolExecutor(MAIL_THREADS, thread_name_prefix="quor-link-mail")
+        self.relay = Relay()
 
     def connection(self) -> "ViewerConnection":
         return ViewerConnection(self)
@@ -383,7 +394,8 @@ class WebAppProxy:
         found = self.cached_access(user_id, label)
         if found is None:
             found = await _webapp_for(user_id, label)
-            _remember(self._access, (user_id, label), found, time.monotonic())
+            if not tunnels.is_tunnel_label(label):  # a tunnel's route ends at once: asked anew
+                _remember(self._access, (user_id, label), found, time.monotonic())
         return found
 
     def tunnel_opened(self, viewer: "ViewerConnection", user_id: int, label: str) -> None:
@@ -428,7 +440,8 @@ class WebAppProxy:
 
     def keep_idle(self, connection: "AppConnection") -> None:
         idle = self._idle.setdefault(connection.address, [])
-        if len(idle) >= UPSTREAM_IDLE_PER_APP:
+        # A tunnel's stream carries one request: its client checks each one's target.
+        if len(idle) >= UPSTREAM_IDLE_PER_APP or isinstance(connection.address, TunnelAddress):
             connection.close()
         else:
             idle.append((time.monotonic(), connection))
@@ -438,6 +451,8 @@ class WebAppProxy:
         self._idle[connection.address] = [item for item in idle if item[1] is not connection]
 
     async def connect(self, address) -> "AppConnection":
+        if isinstance(address, TunnelAddress):
+            return await self.relay.connect(lambda: AppConnection(self, address), address)
         loop = asyncio.get_running_loop()
         _, connection = await asyncio.wait_for(
             loop.create_connection(lambda: AppConnection(self, address), *address),
@@ -711,9 +726,9 @@ class ViewerConnection(asyncio.Protocol):
         request = self.parsing
         if request.discard:
             return
-        if request.collect and sum(map(len, request.pending)) + len(body) > MAX_FORM_BYTES:
-            request.collect = False
-            return self.reply(request, 413, "That form is too large.", close=True)
+        if request.collect and sum(map(len, request.pending)) + len(body) > request.collect:
+            request.collect = 0
+            return self.reply(request, 413, "The request's body is too large.", close=True)
         if request.sending:
             self.app.transport.write(request.body_for_app(body))
         else:
@@ -722,8 +737,8 @@ class ViewerConnection(asyncio.Protocol):
     def on_message_complete(self):
         request = self.parsing
         request.complete = True
-        if request.collect:  # a link's sign-in form, read whole
-            request.collect = False
+        if request.collect:  # read whole: served now
+            request.collect = 0
             return self.serve(request)
         if request.sending and request.chunked and not request.discard:
             self.app.transport.write(LAST_CHUNK)
@@ -740,7 +755,7 @@ class ViewerConnection(asyncio.Protocol):
         if services.is_link_label(label):
             form = request.path in services.LINK_SIGN_IN_PATHS and request.method == "POST"
             if form and not request.complete:
-                request.collect = True  # on_message_complete serves it
+                request.collect = MAX_FORM_BYTES  # on_message_complete serves it
                 return None
             return self.run(request, self.serve_link(request, label))
         if request.path == services.HANDOFF_PATH:
@@ -874,11 +889,32 @@ class ViewerConnection(asyncio.Protocol):
             return self.reply(request, 503, message)
         if request.websocket and not self.origin_allowed(request, label):
             return self.reply(request, 403, "This page may not open the app's WebSocket.")
+        if isinstance(address, TunnelAddress) and not self.tunnel_request_read(request):
+            return None
         app = None if request.websocket else self.proxy.idle_connection(address)
         if app is None:
             return self.run(request, self.connect_and_forward(request, address))
         app.reused = True
         self.forward(request, app)
+
+    def tunnel_request_read(self, request: Request) -> bool:
+        """A tunnel's request goes to the client whole and bounded: a body is read first
+        (on_message_complete serves the request again), refused over the bound before a
+        byte leaves. The response's body is bounded the same (response_body)."""
+        most = settings.QUOR_TUNNEL_MAX_BODY_BYTES
+        request.room = most
+        length = request.header("content-length").strip()
+        read = sum(map(len, request.pending))  # what came with the head, while deciding
+        if (length.isdigit() and int(length) > most) or read > most:
+            self.reply(request, 413, "The request's body is too large.", close=True)
+            return False
+        if not request.has_body or request.complete:
+            return True
+        if request.expect_continue:
+            self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.expect_continue = False
+        request.collect = most
+        return False
 
     def origin_allowed(self, request: Request, label: str) -> bool:
         """The app's own origin, or "null": the preview iframe and the CSP sandbox give
@@ -1010,6 +1046,12 @@ class ViewerConnection(asyncio.Protocol):
             self.response_end(app, reusable=False)
 
     def response_body(self, body: bytes) -> None:
+        request = self.requests[0]
+        if request.room is not None:
+            request.room -= len(body)
+            if request.room < 0:  # cut short: the viewer sees an incomplete response
+                logger.info("web app proxy: a tunnel's response body is too large")
+                return self.close()
         self.write(_chunk(body) if self.requests[0].framing == CHUNKED else body)
 
     def response_end(self, app: AppConnection, reusable: bool = True) -> None:

@@ -129,9 +129,16 @@ def webapp_payload(webapp: WebApp) -> dict:
 
 
 def can_view(user, webapp: WebApp) -> bool:
-    """Viewers hold the web app permission in an active organization: the owner, and
-    with Organization sharing, anyone of the owner's organization, while the owner is
-    active. Sharing exposes the app, nothing else of the session."""
+    """Viewers of a web app: see may_view. Sharing exposes the app, nothing else of the
+    session."""
+    session = webapp.session
+    return may_view(user, session.owner, session.sharing == Session.Sharing.ORGANIZATION)
+
+
+def may_view(user, owner, shared_with_organization: bool) -> bool:
+    """Viewers (of a web app or a relay tunnel) hold the web app permission in an active
+    organization: the owner, and when shared, anyone of the owner's organization, while
+    the owner is active."""
     if user is None or not user.is_active:
         return False
     mine = getattr(user, "membership", None)
@@ -139,16 +146,13 @@ def can_view(user, webapp: WebApp) -> bool:
         return False
     if not role_has(mine.role, Permission.WEBAPP_VIEW):
         return False
-    session = webapp.session
-    if not session.owner.is_active:
+    if not owner.is_active:
         return False  # a deactivated owner's apps end with their access
-    if session.owner_id == user.pk:
+    if owner.pk == user.pk:
         return True
-    owners = getattr(session.owner, "membership", None)
+    owners = getattr(owner, "membership", None)
     return bool(
-        session.sharing == Session.Sharing.ORGANIZATION
-        and owners
-        and mine.organization_id == owners.organization_id
+        shared_with_organization and owners and mine.organization_id == owners.organization_id
     )
 
 

@@ -6,10 +6,17 @@ from django.views.decorators.clickjacking import xframe_options_deny
 
 from quor.lib.errors import NotFound
 from quor.lib.permissions import Permission, page_requires
-from webapps import services
+from webapps import services, tunnels
 
 
 def _webapp_or_404(user, label):
+    """The web app, or the relay tunnel (open now), the viewer may open; both are
+    served by the web app proxy and handed off the same way."""
+    if tunnels.is_tunnel_label(label):
+        found = tunnels.tunnel_for_viewer(user, label)
+        if found is None:
+            raise Http404("No such web app.")
+        return found[0]
     try:
         return services.get_webapp_for_viewer(user, label)
     except NotFound:

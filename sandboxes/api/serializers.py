@@ -6,7 +6,7 @@ from quor.lib.serializers import StrictSerializer
 from quor.selectors import make_model_id
 from sandboxes.models import ExecRecord, Sandbox, Session
 from webapps import services as webapp_services
-from webapps.models import PublicLink
+from webapps.models import PublicLink, Tunnel
 
 # Asked-for workload options that a sandbox may never have, and the error each gets.
 REFUSED_SANDBOX_OPTIONS = {
@@ -372,6 +372,25 @@ class PublicLinkSerializer(serializers.Serializer):
     bandwidth_bytes = serializers.IntegerField()
     expires_at = serializers.DateTimeField()
     created_at = serializers.DateTimeField()
+
+
+class TunnelSerializer(serializers.Serializer):
+    """An open local relay tunnel (as webapps.tunnels.tunnel_payload)."""
+
+    id = serializers.UUIDField()
+    url = serializers.URLField(help_text="The tunnel's URL, an origin of its own.")
+    port = serializers.IntegerField(help_text="The loopback port its client relays to.")
+    sharing = serializers.ChoiceField(choices=Tunnel.Sharing.choices)
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(help_text="Its hard end, connected or not.")
+
+
+class TunnelUpdateSerializer(serializers.Serializer):
+    sharing = serializers.ChoiceField(
+        choices=Tunnel.Sharing.choices,
+        help_text="`organization`: every member of your organization may open it, as "
+        "a web app shared with them.",
+    )
 
 
 class PublicLinkVisitSerializer(serializers.Serializer):

@@ -44,6 +44,8 @@ from sandboxes.api.serializers import (
     SessionSerializer,
     SessionUpdateSerializer,
     StartEmptySerializer,
+    TunnelSerializer,
+    TunnelUpdateSerializer,
     WebAppSerializer,
 )
 from sandboxes.library import files as library
@@ -52,6 +54,7 @@ from sandboxes.runtime import services
 from sandboxes.selectors import is_uuid
 from sandboxes.sessions import services as sessions
 from webapps import services as webapp_services
+from webapps import tunnels
 
 # Images the file browser may show inline (never SVG: it can carry scripts).
 PREVIEWABLE_IMAGES = {
@@ -64,6 +67,7 @@ PREVIEWABLE_IMAGES = {
 SESSION_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 SESSION_ID_IN_PATH = OpenApiParameter("session_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 LINK_ID = OpenApiParameter("link_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
+TUNNEL_ID = OpenApiParameter("tunnel_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 # Most events one GET /api/v1/sessions/{id}/events/ returns (the rest: its `next` link).
 EVENTS_PER_PAGE = 1000
 PATH = OpenApiParameter(
@@ -297,6 +301,51 @@ class PublicLinkVisitsView(APIView):
         return pages.response(
             link.visits.all(), lambda page: PublicLinkVisitSerializer(page, many=True).data
         )
+
+
+class TunnelListView(APIView):
+    """Your open local relay tunnels (`quor tunnel PORT`), newest first (paginated).
+    Personal API tokens only."""
+
+    required_permission = Permission.SANDBOX_USE
+    pagination_class = CursorPagination
+
+    @extend_schema(responses=TunnelSerializer(many=True))
+    def get(self, request):
+        pages = CursorPagination(request, ordering=NEWEST_FIRST)
+        return pages.response(
+            tunnels.tunnels_of(request.user),
+            lambda page: TunnelSerializer(map(tunnels.tunnel_payload, page), many=True).data,
+        )
+
+
+class TunnelView(APIView):
+    required_permission = Permission.SANDBOX_USE
+
+    @extend_schema(parameters=[TUNNEL_ID], responses=TunnelSerializer)
+    def get(self, request, tunnel_id):
+        tunnel = tunnels.get_tunnel_for_owner(request.user, tunnel_id)
+        return Response(TunnelSerializer(tunnels.tunnel_payload(tunnel)).data)
+
+    @extend_schema(
+        parameters=[TUNNEL_ID], request=TunnelUpdateSerializer, responses=TunnelSerializer
+    )
+    def patch(self, request, tunnel_id):
+        """Shares the tunnel with your organization, or makes it private again."""
+        tunnel = tunnels.get_tunnel_for_owner(request.user, tunnel_id)
+        serializer = TunnelUpdateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        tunnel = tunnels.tunnel_set_sharing(
+            user=request.user, tunnel=tunnel, sharing=serializer.validated_data["sharing"]
+        )
+        return Response(TunnelSerializer(tunnels.tunnel_payload(tunnel)).data)
+
+    @extend_schema(parameters=[TUNNEL_ID], responses={204: None})
+    def delete(self, request, tunnel_id):
+        """Closes the tunnel: its route is gone at once, its client disconnected."""
+        tunnel = tunnels.get_tunnel_for_owner(request.user, tunnel_id)
+        tunnels.tunnel_end(user=request.user, tunnel=tunnel)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class MySandboxView(APIView):

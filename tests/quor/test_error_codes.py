@@ -8,9 +8,7 @@ from quor.lib.permissions import Permission
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIRS = ["quor", "sandboxes", "apps", "approvals", "webapps", "egress", "deploy"]
-PREFIXES = (
-    "access|models|files|exec|sandboxes|sessions|egress|approvals|apps|webapps|tokens|members"
-)
+PREFIXES = "access|models|files|exec|sandboxes|sessions|egress|approvals|apps|webapps|tunnels|tokens|members"
 CODE_PATTERNS = [
     re.compile(r'\bcode\s*=\s*"([a-z_.]+)"'),
     re.compile(r'error_response\(\s*\d+,\s*"([a-z_.]+)"'),

@@ -52,7 +52,7 @@ from sandboxes.models import (
 )
 from sandboxes.terminal.services import terminal_recording_finish
 from tests import factories
-from webapps.models import PublicLink, PublicLinkPolicy, SessionConfidentiality, WebApp
+from webapps.models import PublicLink, PublicLinkPolicy, SessionConfidentiality, Tunnel, WebApp
 
 Role = Membership.Role
 METHODS = ["get", "post", "put", "patch", "delete"]
@@ -133,6 +133,9 @@ def build_world():
         expires_at=timezone.now() + timedelta(days=1),
         created_by=member,
     )
+    tunnel = Tunnel.objects.create(
+        owner=member, organization=acme, port=8000, expires_at=timezone.now() + timedelta(hours=1)
+    )
     app = factories.make_app(acme, actions=[("issues.create", "POST", "/issues", "ask")])
     approval = ApprovalRequest.objects.create(
         session=session,
@@ -210,6 +213,7 @@ def build_world():
         "api-session-public-links": {"pk": session.pk},
         "api-public-link": {"link_id": link.pk},
         "api-public-link-visits": {"link_id": link.pk},
+        "api-tunnel": {"tunnel_id": tunnel.pk},
         "api-scheduled-task-detail": {"pk": task.pk},
         "api-scheduled-task-run": {"pk": task.pk},
         "api-scheduled-task-runs": {"pk": task.pk},
@@ -225,7 +229,7 @@ def build_world():
         "api-runtime-session-heartbeat": own,
         "api-runtime-session-webapps": own,
     }
-    everyones = {"api-my-sandbox": {}, "api-library": {}}
+    everyones = {"api-my-sandbox": {}, "api-library": {}, "api-tunnels": {}}
     operator = {
         "operator-organization": {"slug": "acme"},
         "operator-members": {"slug": "acme"},

@@ -1,0 +1,676 @@
+"""Local relay tunnels end to end: the real `quor tunnel PORT` client (`.venv/bin/quor`)
+connected to Quor's real web process (`manage.py serve_web`, started here with the
+tunnel settings each test needs), a real HTTP and WebSocket server on loopback behind
+it, and viewers, colleagues and strangers asking the real web app proxy
+(`manage.py run_webapp_proxy`) for the tunnel's URL."""
+
+import asyncio
+import contextlib
+import http.client
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from aiohttp import ClientSession, WSMsgType
+from aiohttp import web as aiohttp_web
+from django.test import Client
+from websockets.asyncio.server import serve as websocket_serve
+
+from quor import services as quor_services
+from tests.conftest import _start, _stop
+from tests.docker_helpers import wait_for_http, wait_for_port
+from webapps import tunnels
+from webapps.models import Tunnel
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+QUOR_CLI = ROOT / ".venv" / "bin" / "quor"
+MAX_BODY = 64 * 1024
+OPERATOR_TOKEN = "operator-token-for-the-tunnel-tests-0123456789"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def until(condition, *, seconds: float, what: str):
+    """Polls `condition` until it returns something true, or fails after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.1)
+    raise AssertionError(f"not within {seconds} s: {what}")
+
+
+class LocalServer:
+    """What a developer runs on their machine: HTTP (it records every request it gets)
+    and a WebSocket echo at /echo, on 127.0.0.1, in a thread of its own."""
+
+    def __init__(self):
+        self.requests = []
+        self.loop = asyncio.new_event_loop()
+        started = threading.Event()
+        threading.Thread(target=self._run, args=(started,), daemon=True).start()
+        started.wait(10)
+
+    def _run(self, started):
+        asyncio.set_event_loop(self.loop)
+        app = aiohttp_web.Application(client_max_size=16 * MAX_BODY)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        self.runner = aiohttp_web.AppRunner(app)
+        self.loop.run_until_complete(self.runner.setup())
+        site = aiohttp_web.TCPSite(self.runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]
+        started.set()
+        self.loop.run_forever()
+
+    async def handle(self, request):
+        if request.path == "/echo":
+            websocket = aiohttp_web.WebSocketResponse()
+            await websocket.prepare(request)
+            async for message in websocket:
+                await websocket.send_str(f"echo: {message.data}")
+            return websocket
+        body = await request.read()
+        self.requests.append(
+            {"target": request.raw_path, "headers": dict(request.headers), "body": len(body)}
+        )
+        if request.path == "/large":
+            return aiohttp_web.Response(body=b"x" * int(request.query["bytes"]))
+        return aiohttp_web.json_response(
+            {"hello": "from the local server", "target": request.raw_path, "body": len(body)}
+        )
+
+    def stop(self):
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+@pytest.fixture
+def local_server():
+    server = LocalServer()
+    yield server
+    server.stop()
+
+
+class Web:
+    """Quor's web process with the given tunnel settings, on a port of its own."""
+
+    def __init__(self, process_env, **settings):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**process_env, **{name: str(value) for name, value in settings.items()}}
+        self.start()
+
+    def start(self):
+        argv = [sys.executable, "manage.py", "serve_web"]
+        argv += ["--bind", "127.0.0.1", "--port", str(self.port), "--processes", "1"]
+        self.process = _start(argv, self.env, f"tunnel-web-{self.port}")
+        wait_for_http(f"{self.url}/healthz")
+
+    def kill(self):
+        """As a crash: no disconnect reaches anything."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self):
+        _stop(self.process)
+
+
+DEFAULTS = {
+    "QUOR_TUNNELS_MAX": 2,
+    "QUOR_TUNNELS_PER_USER": 1,
+    "QUOR_TUNNEL_TTL_SECONDS": 600,
+}
+
+
+@pytest.fixture(scope="module")
+def web(process_env):
+    """Quor with tunnels on: 2 in all, 1 per user."""
+    started = Web(process_env, **DEFAULTS)
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def web_with(process_env):
+    started = []
+
+    def start(**settings):
+        started.append(Web(process_env, **{**DEFAULTS, **settings}))
+        return started[-1]
+
+    yield start
+    for each in started:
+        each.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(process_env):
+    """The web app proxy, with tunnels' bodies bounded at MAX_BODY: (host, port)."""
+    port = free_port()
+    env = {**process_env, "QUOR_TUNNEL_MAX_BODY_BYTES": str(MAX_BODY)}
+    argv = [sys.executable, "manage.py", "run_webapp_proxy", "--bind", f"127.0.0.1:{port}"]
+    process = _start(argv, env, "tunnel-proxy")
+    wait_for_port("127.0.0.1", port)
+    yield "127.0.0.1", port
+    _stop(process)
+
+
+@pytest.fixture(autouse=True)
+def no_tunnel_left_open(db):
+    """The web processes outlive a test; its tunnels do not."""
+    yield
+    for tunnel in Tunnel.objects.filter(closed_at=None):
+        tunnels.tunnel_close(tunnel=tunnel, reason="test ended")
+
+
+def token_of(user) -> str:
+    return quor_services.api_token_create(user=user, name="tunnel")[1]
+
+
+class TunnelClient:
+    """A running `quor tunnel PORT`."""
+
+    def __init__(self, web, port, token, **env):
+        self.process = subprocess.Popen(
+            [str(QUOR_CLI), "tunnel", str(port), "--url", web.url],
+            env={**os.environ, "QUOR_TOKEN": token, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.url = None
+        line = self.read_line(30)
+        if line.startswith("Forwarding "):
+            self.url = line.split()[1]
+
+    def read_line(self, seconds: float) -> str:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ)
+            if not selector.select(seconds):
+                return ""
+        return self.process.stdout.readline()
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.url).netloc
+
+    @property
+    def label(self) -> str:
+        return self.host.split(".")[0]
+
+    def exited(self, seconds: float = 15) -> tuple[int, str, str]:
+        stdout, stderr = self.process.communicate(timeout=seconds)
+        return self.process.returncode, stdout, stderr
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.communicate()
+
+
+@pytest.fixture
+def open_tunnel():
+    clients = []
+
+    def start(web, port, token, **env):
+        clients.append(TunnelClient(web, port, token, **env))
+        return clients[-1]
+
+    yield start
+    for each in clients:
+        each.stop()
+
+
+def fetch(proxy, host, target="/", *, method="GET", headers=None, body=None):
+    connection = http.client.HTTPConnection(*proxy, timeout=40)
+    connection.request(method, target, body=body, headers={"Host": host, **(headers or {})})
+    response = connection.getresponse()
+    response.body = response.read()
+    connection.close()
+    return response
+
+
+def cookie_for(proxy, user, client) -> str | None:
+    """The tunnel's viewer cookie, got as a browser gets it (Quor's hand-off), or None
+    when Quor refuses the user."""
+    browser = Client()
+    browser.force_login(user)
+    handoff = browser.get(f"/webapps/{client.label}/open")
+    if handoff.status_code == 404:
+        return None
+    assert handoff.status_code == 302, handoff.status_code
+    target = urlsplit(handoff["Location"])
+    assert target.netloc == client.host
+    response = fetch(proxy, client.host, f"{target.path}?{target.query}")
+    assert response.status == 302
+    return response.getheader("Set-Cookie").split(";")[0]
+
+
+def raw(proxy, data: bytes) -> bytes:
+    """Sends bytes as they are; what the proxy answers before it closes."""
+    with socket.create_connection(proxy, timeout=20) as connection:
+        connection.sendall(data)
+        answer = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := connection.recv(65536):
+                answer += chunk
+        return answer
+
+
+def api(web, token, method, path, body=None):
+    connection = http.client.HTTPConnection("127.0.0.1", web.port, timeout=20)
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    connection.request(method, path, body=json.dumps(body) if body else None, headers=headers)
+    response = connection.getresponse()
+    data = response.read()
+    return response.status, json.loads(data) if data else None
+
+
+def test_the_creator_gets_the_local_servers_answer_through_the_tunnels_url(
+    web, proxy, owner, local_server, open_tunnel
+):
+    client = open_tunnel(web, local_server.port, token_of(owner))
+    assert client.url.startswith("http://t") and client.label.startswith("t")
+    assert len(client.label) == 33 and client.host.endswith(".localhost:18001")
+    cookie = cookie_for(proxy, owner, client)
+
+    response = fetch(
+        proxy,
+        client.host,
+        "/hello?x=1",
+        headers={"Cookie": cookie, "Authorization": "Bearer viewer-secret"},
+    )
+
+    assert response.status == 200, response.body
+    assert json.loads(response.body)["hello"] == "from the local server"
+    seen = local_server.requests[-1]
+    assert seen["target"] == "/hello?x=1"
+    assert seen["headers"]["Host"] == f"localhost:{local_server.port}"
+    assert "Cookie" not in seen["headers"] and "Authorization" not in seen["headers"]
+
+
+def test_without_the_viewer_cookie_the_tunnel_sends_to_quors_login_and_nothing_reaches_the_port(
+    web, proxy, owner, local_server, open_tunnel
+):
+    client = open_tunnel(web, local_server.port, token_of(owner))
+
+    response = fetch(proxy, client.host, "/private")
+
+    assert response.status == 302
+    assert response.getheader("Location").startswith("http://127.0.0.1:18000/webapps/t")
+    assert local_server.requests == []
+
+
+def test_a_colleague_is_refused_until_the_tunnel_is_shared_and_another_organization_never(
+    web, proxy, owner, colleague, stranger, local_server, open_tunnel
+):
+    token = token_of(owner)
+    client = open_tunnel(web, local_server.port, token)
+    assert cookie_for(proxy, colleague, client) is None
+    assert cookie_for(proxy, stranger, client) is None
+
+    status, page = api(web, token, "GET", "/api/v1/tunnels/")
+    listed = page["results"]
+    assert status == 200 and [each["url"] for each in listed] == [client.url]
+    status, shared = api(
+        web, token, "PATCH", f"/api/v1/tunnels/{listed[0]['id']}/", {"sharing": "organization"}
+    )
+    assert status == 200 and shared["sharing"] == "organization"
+
+    cookie = cookie_for(proxy, colleague, client)
+    assert fetch(proxy, client.host, "/", headers={"Cookie": cookie}).status == 200
+    assert cookie_for(proxy, stranger, client) is None
+    status, _ = api(web, token_of(colleague), "PATCH", f"/api/v1/tunnels/{listed[0]['id']}/")
+    assert status == 404
+
+
+def test_a_second_tunnel_over_the_per_user_count_and_one_over_the_global_count_are_refused(
+    web, proxy, owner, colleague, stranger, local_server, open_tunnel
+):
+    assert open_tunnel(web, local_server.port, token_of(owner)).url
+
+    second = open_tunnel(web, local_server.port, token_of(owner))
+    code, _, stderr = second.exited()
+    assert second.url is None and code != 0 and "tunnels.too_many_for_user" in stderr
+
+    assert open_tunnel(web, local_server.port, token_of(colleague)).url
+    third = open_tunnel(web, local_server.port, token_of(stranger))
+    code, _, stderr = third.exited()
+    assert third.url is None and code != 0 and "tunnels.too_many)" in stderr
+    assert Tunnel.objects.filter(closed_at=None).count() == 2
+
+
+def test_an_unknown_token_is_refused_with_a_clear_message(web, local_server, open_tunnel):
+    client = open_tunnel(web, local_server.port, "not-a-token")
+
+    code, _, stderr = client.exited()
+
+    assert client.url is None and code != 0
+    assert "The API token is unknown or revoked. (tunnels.unauthenticated)" in stderr
+
+
+def test_bodies_over_the_bound_are_refused_with_413_and_never_reach_the_local_server(
+    web, proxy, owner, local_server, open_tunnel
+):
+    client = open_tunnel(web, local_server.port, token_of(owner))
+    cookie = cookie_for(proxy, owner, client)
+    head = f"POST /upload HTTP/1.1\r\nHost: {client.host}\r\nCookie: {cookie}\r\n"
+
+    declared = raw(proxy, f"{head}Content-Length: {MAX_BODY + 1}\r\n\r\n".encode())
+    chunk = b"y" * 4096
+    chunked = raw(
+        proxy,
+        f"{head}Transfer-Encoding: chunked\r\n\r\n".encode()
+        + (b"%x\r\n%b\r\n" % (len(chunk), chunk)) * (MAX_BODY // 4096 + 1)
+        + b"0\r\n\r\n",
+    )
+
+    assert declared.startswith(b"HTTP/1.1 413 ")
+    assert chunked.startswith(b"HTTP/1.1 413 ")
+    assert local_server.requests == []
+    within = fetch(proxy, client.host, "/upload", method="POST", headers={"Cookie": cookie},
+                   body=b"z" * MAX_BODY)  # fmt: skip
+    assert within.status == 200 and json.loads(within.body)["body"] == MAX_BODY
+
+
+def test_a_response_body_over_the_bound_is_cut_short(web, proxy, owner, local_server, open_tunnel):
+    client = open_tunnel(web, local_server.port, token_of(owner))
+    cookie = cookie_for(proxy, owner, client)
+
+    fits = fetch(proxy, client.host, f"/large?bytes={MAX_BODY}", headers={"Cookie": cookie})
+    assert fits.status == 200 and len(fits.body) == MAX_BODY
+    with pytest.raises(http.client.IncompleteRead):
+        fetch(proxy, client.host, f"/large?bytes={MAX_BODY + 1}", headers={"Cookie": cookie})
+
+
+def test_an_absolute_form_target_is_refused_and_the_local_server_never_sees_it(
+    web, proxy, owner, local_server, open_tunnel
+):
+    client = open_tunnel(web, local_server.port, token_of(owner))
+    cookie = cookie_for(proxy, owner, client)
+
+    for target in (
+        f"http://127.0.0.1:{local_server.port}/admin",
+        f"127.0.0.1:{local_server.port}",
+        "*",
+        "//elsewhere.example/",
+    ):
+        answer = raw(
+            proxy,
+            f"GET {target} HTTP/1.1\r\nHost: {client.host}\r\nCookie: {cookie}\r\n\r\n".encode(),
+        )
+        assert answer.startswith(b"HTTP/1.1 400 "), (target, answer[:100])
+    assert local_server.requests == []
+
+
+def test_a_host_pointing_elsewhere_still_reaches_only_the_clients_loopback_port(
+    web, proxy, owner, local_server, open_tunnel
+):
+    client = open_tunnel(web, local_server.port, token_of(owner))
+    cookie = cookie_for(proxy, owner, client)
+
+    response = fetch(
+        proxy,
+        client.host,
+        "/where",
+        headers={"Cookie": cookie, "X-Forwarded-Host": "internal.example", "Forwarded": "host=x"},
+    )
+
+    assert response.status == 200
+    assert local_server.requests[-1]["headers"]["Host"] == f"localhost:{local_server.port}"
+
+
+def test_the_client_relays_only_origin_form_requests_and_only_to_its_loopback_port(
+    local_server,
+):
+    """The client on its own, against a stand-in for Quor that sends it what the proxy
+    never would: absolute and authority targets (answered 400, nothing connected) and a
+    Host naming another listener (relayed to the client's port all the same)."""
+    elsewhere = socket.create_server(("127.0.0.1", 0))
+    elsewhere.settimeout(0.5)
+    other = elsewhere.getsockname()[1]
+    answers = {}
+
+    async def quor(websocket):
+        await websocket.send(json.dumps({"url": "http://tx.test/", "expires_at": "soon"}))
+        requests = {
+            b"a" * 16: f"GET http://127.0.0.1:{other}/ HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"b" * 16: f"CONNECT 127.0.0.1:{other} HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"c" * 16: f"GET /fine HTTP/1.1\r\nHost: 127.0.0.1:{other}\r\n\r\n",
+        }
+        for stream, request in requests.items():
+            await websocket.send(b"o" + stream)
+            await websocket.send(b"d" + stream + request.encode())
+        while len(answers) < 3:
+            frame = await websocket.recv()
+            stream = frame[1:17]
+            if frame[:1] == b"d":
+                answers[stream] = answers.get(stream, b"") + frame[17:]
+        await websocket.send(json.dumps({"closed": "test"}))
+
+    async def run():
+        async with websocket_serve(quor, "127.0.0.1", 0) as server:
+            port = server.sockets[0].getsockname()[1]
+            process = await asyncio.create_subprocess_exec(
+                str(QUOR_CLI), "tunnel", str(local_server.port), "--url",
+                f"http://127.0.0.1:{port}", env={**os.environ, "QUOR_TOKEN": "t"},
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            await asyncio.wait_for(process.wait(), 20)
+
+    asyncio.run(run())
+
+    assert answers[b"a" * 16].startswith(b"HTTP/1.1 400 ")
+    assert answers[b"b" * 16].startswith(b"HTTP/1.1 400 ")
+    assert answers[b"c" * 16].startswith(b"HTTP/1.1 200 ")
+    assert [each["target"] for each in local_server.requests] == ["/fine"]
+    with pytest.raises(TimeoutError):
+        elsewhere.accept()
+    elsewhere.close()
+
+
+def test_the_tunnel_ends_at_its_ttl_and_its_route_with_it(
+    web_with, proxy, owner, local_server, open_tunnel
+):
+    short = web_with(QUOR_TUNNEL_TTL_SECONDS=4)
+    client = open_tunnel(short, local_server.port, token_of(owner))
+    cookie = cookie_for(proxy, owner, client)
+    assert fetch(proxy, client.host, "/", headers={"Cookie": cookie}).status == 200
+
+    code, stdout, _ = client.exited(seconds=20)
+
+    assert code == 0 and "The tunnel ended (expired)." in stdout
+    until(
+        lambda: fetch(proxy, client.host, "/", headers={"Cookie": cookie}).status == 404,
+        seconds=10,
+        what="the route is gone",
+    )
+    assert Tunnel.objects.get(label=client.label).close_reason == "expired"
+
+
+def test_killing_the_client_removes_the_route_within_seconds(
+    web, proxy, owner, local_server, open_tunnel
+):
+    client = open_tunnel(web, local_server.port, token_of(owner))
+    cookie = cookie_for(proxy, owner, client)
+    assert fetch(proxy, client.host, "/", headers={"Cookie": cookie}).status == 200
+
+    client.process.kill()
+
+    until(
+        lambda: fetch(proxy, client.host, "/", headers={"Cookie": cookie}).status == 404,
+        seconds=10,
+        what="the route is gone",
+    )
+    tunnel = Tunnel.objects.get(label=client.label)
+    assert tunnel.closed_at is not None and tunnel.close_reason == "disconnected"
+
+
+def test_killing_the_web_process_removes_the_route_and_a_restart_brings_it_not_back(
+    web_with, proxy, owner, local_server, open_tunnel
+):
+    crashing = web_with()
+    token = token_of(owner)
+    client = open_tunnel(crashing, local_server.port, token)
+    cookie = cookie_for(proxy, owner, client)
+    assert fetch(proxy, client.host, "/", headers={"Cookie": cookie}).status == 200
+
+    crashing.kill()
+
+    until(
+        lambda: fetch(proxy, client.host, "/", headers={"Cookie": cookie}).status == 404,
+        seconds=tunnels.HEARTBEAT_TTL_SECONDS + 8,
+        what="the route is gone",
+    )
+    code, _, stderr = client.exited()
+    assert code != 0 and "lost" in stderr
+    crashing.start()
+    assert fetch(proxy, client.host, "/", headers={"Cookie": cookie}).status == 404
+    # The beat closes the row; a new tunnel of the same user fits the count of 1 again.
+    assert tunnels.tunnels_close_lost() == 1
+    assert Tunnel.objects.get(label=client.label).close_reason == "lost"
+    assert open_tunnel(crashing, local_server.port, token).url
+
+
+def test_closing_the_tunnel_through_the_api_ends_the_client_and_the_route(
+    web, proxy, owner, local_server, open_tunnel
+):
+    token = token_of(owner)
+    client = open_tunnel(web, local_server.port, token)
+    cookie = cookie_for(proxy, owner, client)
+    tunnel = Tunnel.objects.get(label=client.label)
+
+    status, _ = api(web, token, "DELETE", f"/api/v1/tunnels/{tunnel.pk}/")
+
+    assert status == 204
+    code, stdout, _ = client.exited()
+    assert code == 0 and "The tunnel ended (closed)." in stdout
+    until(
+        lambda: fetch(proxy, client.host, "/", headers={"Cookie": cookie}).status == 404,
+        seconds=10,
+        what="the route is gone",
+    )
+
+
+def test_with_the_operator_token_required_a_client_without_it_is_refused_and_with_it_accepted(
+    web_with, owner, local_server, open_tunnel
+):
+    strict = web_with(QUOR_TUNNEL_REQUIRE_OPERATOR_TOKEN="true", QUOR_OPERATOR_TOKEN=OPERATOR_TOKEN)
+    token = token_of(owner)
+
+    without = open_tunnel(strict, local_server.port, token)
+    code, _, stderr = without.exited()
+    assert without.url is None and code != 0 and "tunnels.operator_token_required" in stderr
+    wrong = open_tunnel(strict, local_server.port, token, QUOR_OPERATOR_TOKEN="x" * 40)
+    assert wrong.url is None and wrong.exited()[0] != 0
+
+    assert open_tunnel(strict, local_server.port, token, QUOR_OPERATOR_TOKEN=OPERATOR_TOKEN).url
+
+
+def test_a_websocket_goes_through_the_tunnel_both_ways(
+    web, proxy, owner, local_server, open_tunnel
+):
+    client = open_tunnel(web, local_server.port, token_of(owner))
+    cookie = cookie_for(proxy, owner, client)
+
+    async def talk():
+        async with (
+            ClientSession() as session,
+            session.ws_connect(
+                f"http://{proxy[0]}:{proxy[1]}/echo",
+                headers={"Host": client.host, "Cookie": cookie},
+            ) as websocket,
+        ):
+            replies = []
+            for text in ("one", "two" * 30000):
+                await websocket.send_str(text)
+                replies.append((await websocket.receive(timeout=20)).data)
+            return replies
+
+    assert asyncio.run(talk()) == ["echo: one", "echo: " + "two" * 30000]
+
+
+def test_the_client_is_a_package_of_its_own_that_needs_only_websockets(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(tmp_path), str(ROOT / "tools" / "quor-cli")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("quor_cli-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata = archive.read(next(n for n in names if n.endswith("/METADATA"))).decode()
+        entry_points = archive.read(next(n for n in names if n.endswith("entry_points.txt")))
+
+    assert [line for line in metadata.splitlines() if line.startswith("Requires-Dist")] == [
+        "Requires-Dist: websockets>=13"
+    ]
+    assert b"quor = quor_cli.main:main" in entry_points
+    assert not any(name.startswith(("quor/", "webapps/", "sandboxes/")) for name in names)
+
+
+def test_two_openings_at_once_cannot_both_take_the_last_place(owner, colleague, settings):
+    settings.QUOR_TUNNELS_MAX = 1
+    ready = threading.Barrier(2)
+    outcomes = []
+
+    def open_one(user):
+        from django.db import connection
+
+        ready.wait()
+        try:
+            tunnels.tunnel_open(user=user, port=8000, channel="test")
+            outcomes.append("opened")
+        except tunnels.TooManyTunnels:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=open_one, args=(user,)) for user in (owner, colleague)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    assert sorted(outcomes) == ["opened", "refused"]
+    assert Tunnel.objects.filter(closed_at=None).count() == 1
+
+
+def test_a_websocket_through_the_tunnel_closes_when_its_client_goes(
+    web, proxy, owner, local_server, open_tunnel
+):
+    client = open_tunnel(web, local_server.port, token_of(owner))
+    cookie = cookie_for(proxy, owner, client)
+
+    async def talk():
+        async with (
+            ClientSession() as session,
+            session.ws_connect(
+                f"http://{proxy[0]}:{proxy[1]}/echo",
+                headers={"Host": client.host, "Cookie": cookie},
+            ) as websocket,
+        ):
+            await websocket.send_str("before")
+            assert (await websocket.receive(timeout=20)).data == "echo: before"
+            client.process.kill()
+            return (await websocket.receive(timeout=20)).type
+
+    assert asyncio.run(talk()) in (WSMsgType.CLOSE, WSMsgType.CLOSED, WSMsgType.ERROR)

@@ -1,0 +1,1 @@
+"""Quor's command line client, installable on its own (no Django, no Quor)."""
