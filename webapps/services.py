@@ -172,23 +172,30 @@ def get_webapp_for_viewer(user, label: str) -> WebApp:
 def session_set_sharing(*, user, session: Session, sharing: str) -> Session:
     if session.owner_id != user.pk:
         raise NotFound("No such session.")
+    return sharing_change(
+        user=user, shared=session, sharing=sharing, error_code="webapps.invalid_sharing"
+    )
+
+
+def sharing_change(*, user, shared, sharing: str, error_code: str):
+    """Sets who may view a session's web apps or a tunnel (both Session.Sharing), audited
+    as `<model>.sharing_changed` when it changes."""
     if sharing not in Session.Sharing.values:
         raise InvalidInput(
-            f"sharing must be one of {', '.join(Session.Sharing.values)}.",
-            code="webapps.invalid_sharing",
+            f"sharing must be one of {', '.join(Session.Sharing.values)}.", code=error_code
         )
     with transaction.atomic():
-        Session.objects.filter(pk=session.pk).update(sharing=sharing)
-        if session.sharing != sharing:
+        type(shared).objects.filter(pk=shared.pk).update(sharing=sharing)
+        if shared.sharing != sharing:
             audit_record(
-                "session.sharing_changed",
-                target=session,
+                f"{shared._meta.model_name}.sharing_changed",
+                target=shared,
                 organization=organization_of(user),
-                changes={"sharing": [session.sharing, sharing]},
+                changes={"sharing": [shared.sharing, sharing]},
                 actor=user,
             )
-    session.sharing = sharing
-    return session
+    shared.sharing = sharing
+    return shared
 
 
 # --- hand-off across origins --------------------------------------------------------------

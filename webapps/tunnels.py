@@ -15,12 +15,12 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from quor.audit import audit_record, organization_of
+from quor.audit import audit_record
 from quor.lib.errors import AccessDenied, InvalidInput, NotFound, QuorError
 from quor.lib.permissions import Permission, require_permission
 from quor.lib.throttling import redis_client
 from webapps.models import Tunnel
-from webapps.services import app_origin, may_view
+from webapps.services import app_origin, may_view, sharing_change
 
 PREFIX = "t"
 HEARTBEAT_SECONDS = 3
@@ -159,23 +159,9 @@ def get_tunnel_for_owner(user, tunnel_id) -> Tunnel:
 
 
 def tunnel_set_sharing(*, user, tunnel: Tunnel, sharing: str) -> Tunnel:
-    if sharing not in Tunnel.Sharing.values:
-        raise InvalidInput(
-            f"sharing must be one of {', '.join(Tunnel.Sharing.values)}.",
-            code="tunnels.invalid_sharing",
-        )
-    with transaction.atomic():
-        Tunnel.objects.filter(pk=tunnel.pk).update(sharing=sharing)
-        if tunnel.sharing != sharing:
-            audit_record(
-                "tunnel.sharing_changed",
-                target=tunnel,
-                organization=organization_of(user),
-                changes={"sharing": [tunnel.sharing, sharing]},
-                actor=user,
-            )
-    tunnel.sharing = sharing
-    return tunnel
+    return sharing_change(
+        user=user, shared=tunnel, sharing=sharing, error_code="tunnels.invalid_sharing"
+    )
 
 
 def tunnel_end(*, user, tunnel: Tunnel) -> None:
