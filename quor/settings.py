@@ -243,7 +243,7 @@ CHANNEL_LAYERS = {
         # Redis pub/sub: a session's events cross Redis once per web process that has
         # viewers of it, not once per viewer (docs/performance.md). Delivery is at most
         # once; viewers fill any gap from the database (sandboxes/sessions/consumers.py).
-        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+        "BACKEND": "quor.lib.channel_layer.ChannelLayer",
         # A restart of Redis leaves dead connections in the pool: a command that meets one
         # is sent again on a new connection instead of failing a viewer's connect. A
         # publish holds the process's one lock of the layer: a Redis that does not answer

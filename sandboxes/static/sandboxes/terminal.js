@@ -21,6 +21,8 @@
   // Pasted text goes in pieces under the server's 64 KiB bound, even if every character
   // became a 6-byte JSON escape.
   const MAX_INPUT_CHARS = 8 * 1024;
+  // What is typed while the socket (re)connects waits for it, up to this much.
+  const MAX_PENDING_CHARS = 64 * 1024;
   const RETRY_MS = [500, 1000, 2000, 5000, 10000];
   const REPLAY_MAX_PAUSE_S = 2;
 
@@ -28,6 +30,8 @@
   let fit = null;
   let socket = null;
   let retries = 0;
+  let pending = [];
+  let pendingChars = 0;
 
   function say(text) {
     statusLine.textContent = text;
@@ -51,7 +55,7 @@
       term.loadAddon(fit);
       term.onData(function (data) {
         for (let i = 0; i < data.length; i += MAX_INPUT_CHARS) {
-          send({ input: data.slice(i, i + MAX_INPUT_CHARS) });
+          sendInput(data.slice(i, i + MAX_INPUT_CHARS));
         }
       });
       term.onResize(function (size) {
@@ -65,17 +69,38 @@
     attach();
   }
 
+  function isOpen() {
+    return socket !== null && socket.readyState === WebSocket.OPEN;
+  }
+
   function send(message) {
-    if (socket && socket.readyState === WebSocket.OPEN) {
-      socket.send(JSON.stringify(message));
+    if (isOpen()) socket.send(JSON.stringify(message));
+  }
+
+  // Keys typed during a reconnect are not lost: they go, in order, once the socket opens.
+  function sendInput(piece) {
+    if (isOpen()) {
+      send({ input: piece });
+    } else if (pendingChars + piece.length <= MAX_PENDING_CHARS) {
+      pending.push(piece);
+      pendingChars += piece.length;
     }
+  }
+
+  function takePending() {
+    const pieces = pending;
+    pending = [];
+    pendingChars = 0;
+    return pieces;
   }
 
   function attach() {
     const scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
+    const cols = term.cols;
+    const rows = term.rows;
     const url =
       scheme + window.location.host + panel.dataset.socketPath +
-      "?cols=" + term.cols + "&rows=" + term.rows;
+      "?cols=" + cols + "&rows=" + rows;
     say(retries ? "Reconnecting…" : "Connecting… (a sleeping sandbox wakes up first)");
     let closedBecause = "";
     socket = new WebSocket(url);
@@ -93,6 +118,10 @@
     };
     socket.onopen = function () {
       term.focus();
+      if (term.cols !== cols || term.rows !== rows) send({ resize: [term.cols, term.rows] });
+      takePending().forEach(function (piece) {
+        send({ input: piece });
+      });
     };
     socket.onclose = function (event) {
       socket = null;
@@ -104,6 +133,7 @@
         return;
       }
       retries = 0;
+      takePending();  // a final close: nothing will take them
       if (event.code === ENDED) {
         say("The terminal ended: " + (closedBecause || "the shell ended.") +
             " Reload the page to see its recording.");
