@@ -29,6 +29,9 @@ HEARTBEAT_TTL_SECONDS = 10
 # Every tunnel opening takes this PostgreSQL advisory lock, so that two web processes
 # cannot both see room for one more.
 OPEN_LOCK = 0x7175_6F72_7475_6E  # "quortun"
+# Closed tunnels are listed nowhere; their rows go after this (the audit log keeps
+# their opening and closing for QUOR_AUDIT_RETENTION_DAYS).
+CLOSED_KEPT = timedelta(days=7)
 
 
 class TooManyTunnels(QuorError):
@@ -121,6 +124,12 @@ def tunnels_close_lost() -> int:
         elif not redis_client().exists(_heartbeat_key(tunnel.label)):
             closed += tunnel_close(tunnel=tunnel, reason="lost")
     return closed
+
+
+def tunnels_delete_closed() -> int:
+    """Deletes the rows of tunnels closed more than CLOSED_KEPT ago."""
+    deleted, _ = Tunnel.objects.filter(closed_at__lt=timezone.now() - CLOSED_KEPT).delete()
+    return deleted
 
 
 def tunnel_channel(label: str) -> str | None:

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import zipfile
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -24,6 +25,7 @@ import pytest
 from aiohttp import ClientSession, WSMsgType
 from aiohttp import web as aiohttp_web
 from django.test import Client
+from django.utils import timezone
 from websockets.asyncio.server import serve as websocket_serve
 
 from quor import services as quor_services
@@ -585,13 +587,12 @@ def test_with_the_operator_token_required_a_client_without_it_is_refused_and_wit
     assert open_tunnel(strict, local_server.port, token, QUOR_OPERATOR_TOKEN=OPERATOR_TOKEN).url
 
 
-def test_a_websocket_goes_through_the_tunnel_both_ways(
-    web, proxy, owner, local_server, open_tunnel
-):
-    client = open_tunnel(web, local_server.port, token_of(owner))
-    cookie = cookie_for(proxy, owner, client)
+def echo_through(proxy, user, client, talk):
+    """Runs `talk(websocket)` on a WebSocket to the local server's /echo through the
+    tunnel, as `user`; returns what it returns."""
+    cookie = cookie_for(proxy, user, client)
 
-    async def talk():
+    async def connect_and_talk():
         async with (
             ClientSession() as session,
             session.ws_connect(
@@ -599,13 +600,24 @@ def test_a_websocket_goes_through_the_tunnel_both_ways(
                 headers={"Host": client.host, "Cookie": cookie},
             ) as websocket,
         ):
-            replies = []
-            for text in ("one", "two" * 30000):
-                await websocket.send_str(text)
-                replies.append((await websocket.receive(timeout=20)).data)
-            return replies
+            return await talk(websocket)
 
-    assert asyncio.run(talk()) == ["echo: one", "echo: " + "two" * 30000]
+    return asyncio.run(connect_and_talk())
+
+
+def test_a_websocket_goes_through_the_tunnel_both_ways(
+    web, proxy, owner, local_server, open_tunnel
+):
+    client = open_tunnel(web, local_server.port, token_of(owner))
+
+    async def talk(websocket):
+        replies = []
+        for text in ("one", "two" * 30000):
+            await websocket.send_str(text)
+            replies.append((await websocket.receive(timeout=20)).data)
+        return replies
+
+    assert echo_through(proxy, owner, client, talk) == ["echo: one", "echo: " + "two" * 30000]
 
 
 def test_the_client_is_a_package_of_its_own_that_needs_only_websockets(tmp_path):
@@ -658,19 +670,35 @@ def test_a_websocket_through_the_tunnel_closes_when_its_client_goes(
     web, proxy, owner, local_server, open_tunnel
 ):
     client = open_tunnel(web, local_server.port, token_of(owner))
-    cookie = cookie_for(proxy, owner, client)
 
-    async def talk():
-        async with (
-            ClientSession() as session,
-            session.ws_connect(
-                f"http://{proxy[0]}:{proxy[1]}/echo",
-                headers={"Host": client.host, "Cookie": cookie},
-            ) as websocket,
-        ):
-            await websocket.send_str("before")
-            assert (await websocket.receive(timeout=20)).data == "echo: before"
-            client.process.kill()
-            return (await websocket.receive(timeout=20)).type
+    async def talk(websocket):
+        await websocket.send_str("before")
+        assert (await websocket.receive(timeout=20)).data == "echo: before"
+        client.process.kill()
+        return (await websocket.receive(timeout=20)).type
 
-    assert asyncio.run(talk()) in (WSMsgType.CLOSE, WSMsgType.CLOSED, WSMsgType.ERROR)
+    closed = echo_through(proxy, owner, client, talk)
+    assert closed in (WSMsgType.CLOSE, WSMsgType.CLOSED, WSMsgType.ERROR)
+
+
+def test_the_beat_deletes_the_rows_of_tunnels_closed_more_than_a_week_ago(owner, org):
+    from webapps.tasks import close_lost_tunnels
+
+    now = timezone.now()
+
+    def closed_tunnel(days_ago):
+        return Tunnel.objects.create(
+            owner=owner,
+            organization=org,
+            port=8000,
+            expires_at=now - timedelta(days=days_ago),
+            closed_at=now - timedelta(days=days_ago),
+            close_reason="closed",
+        )
+
+    closed_tunnel(8)
+    recently = closed_tunnel(6)
+
+    close_lost_tunnels()
+
+    assert list(Tunnel.objects.values_list("pk", flat=True)) == [recently.pk]
