@@ -2,7 +2,7 @@
 PYTHON := .venv/bin/python
 SHELL := /bin/bash
 
-.PHONY: dev test compose-test provision venv lint format migrate sandbox-image lock screenshots
+.PHONY: dev test test-quick coverage compose-test provision venv lint format migrate sandbox-image lock screenshots
 
 provision:
 	tools/provision
@@ -19,8 +19,32 @@ dev: provision
 	$(PYTHON) manage.py seed_demo
 	$(PYTHON) tools/run-dev
 
+# The whole suite, in two passes that both run (either failing fails the target): the tests
+# that can share the machine, in TEST_WORKERS processes at once (pytest-xdist; a file's
+# tests stay in one process, with its module fixtures), then the `serial` ones, which stop
+# a service every process uses, alone. Each process has its own database, Redis database,
+# ports and Docker objects (tests/environment.py).
+TEST_WORKERS ?= 4
+PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+define both_passes
+	@status=0; \
+	$(PYTHON) -m pytest $(PARALLEL) -m "not serial" $(1) || status=$$?; \
+	$(PYTHON) -m pytest -m serial $(2) || status=$$?; \
+	exit $$status
+endef
 test: provision
-	$(PYTHON) -m pytest
+	$(call both_passes)
+
+# The suite as `make test` runs it, measuring the line and branch coverage of Quor's code
+# in the test processes (not in the processes they start: web, worker, proxies).
+coverage: provision
+	$(call both_passes,--cov --cov-report=,--cov --cov-append --cov-report=term:skip-covered)
+
+# The quick loop: every test that needs neither Docker nor a browser, in parallel. Docker is
+# out of its reach, so a test that needs it without its `docker` mark fails here.
+test-quick: provision
+	DOCKER_HOST=unix:///nonexistent/docker.sock \
+		$(PYTHON) -m pytest $(PARALLEL) -m "not docker and not browser and not serial"
 
 # The pictures of the main pages in docs/screenshots: the browser tests (tests/ui), which
 # write them when QUOR_SCREENSHOTS_DIR is set.

@@ -44,6 +44,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Redis: Celery broker, Channels layer, locks and signalling.
 REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")
+# Name of this deployment; labels every runtime instance it creates and names its Redis
+# channels.
+QUOR_DEPLOYMENT = env("QUOR_DEPLOYMENT", "dev")
 
 INSTALLED_APPS = [
     "daphne",
@@ -251,6 +254,9 @@ CHANNEL_LAYERS = {
         # vanished without a word (a node lost, NAT forgotten) is found by TCP keepalive
         # and a PING every 15 s, and replaced.
         "CONFIG": {
+            # Redis's pub/sub ignores the database number: deployments that share a Redis
+            # (or the tests' parallel workers) keep their channels apart by name.
+            "prefix": f"asgi:{QUOR_DEPLOYMENT}:",
             "hosts": [
                 {
                     "address": REDIS_URL,
@@ -366,8 +372,6 @@ QUOR_KUBERNETES_IMAGE_PULL_POLICY = env("QUOR_KUBERNETES_IMAGE_PULL_POLICY", "If
 QUOR_KUBERNETES_USER_NAMESPACES = envbool("QUOR_KUBERNETES_USER_NAMESPACES", True)
 # Seconds a new sandbox pod may take to run with its firewall (image pulls included).
 QUOR_KUBERNETES_START_TIMEOUT = envint("QUOR_KUBERNETES_START_TIMEOUT", 180)
-# Name of this deployment; labels every runtime instance it creates.
-QUOR_DEPLOYMENT = env("QUOR_DEPLOYMENT", "dev")
 # Image every sandbox runs (built locally by `make sandbox-image`).
 QUOR_SANDBOX_IMAGE = env("QUOR_SANDBOX_IMAGE", "quor-sandbox:latest")
 # Subnet of the dedicated sandbox bridge; its first address is the host (the proxy).

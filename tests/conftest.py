@@ -4,6 +4,7 @@ from rest_framework.test import APIClient
 from quor import services
 from quor.models import Membership
 from tests import factories
+from tests.environment import PORTS, RUN_DIR, free_port
 
 pytest_plugins = ["tests.hang_watchdog", "tests.oidc_provider"]
 
@@ -77,19 +78,29 @@ def flush_without_deadlocks():
         yield
 
 
-@pytest.fixture(scope="session", autouse=True)
-def no_connection_outlives_the_test_database(django_db_setup, django_db_blocker):
-    """Threads of this process keep connections open for the process's life
-    (quor/lib/kept_connections.py); they would keep the test database from being
-    dropped at the end."""
-    yield
-    from django.db import connection
+@pytest.fixture(scope="session")
+def django_db_setup(django_test_environment, django_db_blocker, django_db_modify_db_settings):
+    """This process's test database: a copy of one migrated template, not migrated again
+    (tests/database.py); dropped at the end whatever is still connected to it."""
+    from tests.database import test_database_create, test_database_drop
 
-    with django_db_blocker.unblock(), connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
+    with django_db_blocker.unblock():
+        name = test_database_create()
+    yield
+    with django_db_blocker.unblock():
+        test_database_drop(name)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def this_workers_docker_objects():
+    """What an earlier run of this worker left in Docker (killed, crashed) goes before the
+    first test, and what this run made goes after the last: other workers' and other
+    deployments' objects are left alone."""
+    from tests.docker_helpers import remove_this_workers_docker_objects
+
+    remove_this_workers_docker_objects()
+    yield
+    remove_this_workers_docker_objects()
 
 
 @pytest.fixture(autouse=True)
@@ -154,12 +165,12 @@ def upstream_fakes():
     dns_host, dns_port = settings.QUOR_EGRESS_DNS_SERVER.split(":")
     fakes = SimpleNamespace(
         dns=FakeDnsServer(dns_host, int(dns_port)),
-        provider=RecordingServer("127.0.0.1", 18443, name="provider", tls=(cert, key)),
-        app=RecordingServer("127.0.0.1", 18080, name="app"),
-        app_on_127_0_0_2=RecordingServer("127.0.0.2", 18080, name="app-127.0.0.2"),
-        silent=SilentServer("127.0.0.1", 18444),
-        model=ScriptedModelServer("127.0.0.1", 18445, tls=(cert, key)),
-        tls_app=RecordingServer("127.0.0.1", 18446, name="tls-app", tls=(cert, key)),
+        provider=RecordingServer("127.0.0.1", PORTS.PROVIDER, name="provider", tls=(cert, key)),
+        app=RecordingServer("127.0.0.1", PORTS.APP, name="app"),
+        app_on_127_0_0_2=RecordingServer("127.0.0.2", PORTS.APP, name="app-127.0.0.2"),
+        silent=SilentServer("127.0.0.1", PORTS.SILENT),
+        model=ScriptedModelServer("127.0.0.1", PORTS.MODEL, tls=(cert, key)),
+        tls_app=RecordingServer("127.0.0.1", PORTS.TLS_APP, name="tls-app", tls=(cert, key)),
     )
     fakes.dns.records.update(
         {
@@ -189,11 +200,10 @@ def upstream_fakes():
 
 def _start(argv, env, log_name):
     """Starts a process, in a process group of its own, whose output goes to
-    /tmp/quor-test/<log_name>.log."""
+    <this worker's RUN_DIR>/<log_name>.log."""
     import subprocess
-    from pathlib import Path
 
-    log = Path("/tmp/quor-test") / f"{log_name}.log"
+    log = RUN_DIR / f"{log_name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as output:
         return subprocess.Popen(
@@ -221,7 +231,8 @@ def _stop(process):
 
 @pytest.fixture(scope="session")
 def process_env(django_db_setup):
-    """The environment of Quor processes started by tests: the test database."""
+    """The environment of Quor processes started by tests: this worker's (tests/settings.py),
+    on the test database."""
     import os
 
     from django.conf import settings
@@ -290,7 +301,7 @@ class EgressProxyProcess:
 
         from tests.docker_helpers import wait_for_port
 
-        with open("/tmp/quor-test/egress-proxy.log", "ab") as log:
+        with open(RUN_DIR / "egress-proxy.log", "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "manage.py", "run_egress_proxy", "--acceptors", "1"],
                 env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -300,7 +311,7 @@ class EgressProxyProcess:
         except RuntimeError:
             self.stop()
             raise RuntimeError(
-                "the egress proxy did not start: see /tmp/quor-test/egress-proxy.log"
+                f"the egress proxy did not start: see {RUN_DIR / 'egress-proxy.log'}"
             ) from None
 
     def crash(self):
@@ -345,10 +356,8 @@ class EgressProxyProcess:
 
 @pytest.fixture(scope="session")
 def egress_proxy_process(process_env, upstream_fakes, quor_web):
-    from pathlib import Path
-
-    Path("/tmp/quor-test").mkdir(parents=True, exist_ok=True)
-    Path("/tmp/quor-test/egress-proxy.log").write_bytes(b"")
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    (RUN_DIR / "egress-proxy.log").write_bytes(b"")
     proxy = EgressProxyProcess(process_env)
     proxy.start()
     yield proxy
@@ -359,6 +368,18 @@ def egress_proxy_process(process_env, upstream_fakes, quor_web):
 def egress_proxy(egress_proxy_process):
     """The proxy's address on the sandbox bridge."""
     return egress_proxy_process.address
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """What Playwright launches: Debian's Chromium in a network namespace of this worker's
+    own, which Docker's interfaces coming and going do not disturb (tests/browser.py)."""
+    from tests.browser import BrowserNetwork
+
+    network = BrowserNetwork()
+    network.start()
+    yield str(network.chromium)
+    network.stop()
 
 
 @pytest.fixture
@@ -403,15 +424,12 @@ def s3_server():
     """A real S3-compatible server (moto_server) on loopback: its endpoint URL. Its own
     process, so that its memory never counts in a test's measurement of Quor's."""
     import os
-    import socket
     import sys
     from pathlib import Path
 
     from tests.docker_helpers import wait_for_port
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     moto_server = str(Path(sys.executable).parent / "moto_server")
     process = _start([moto_server, "-H", "127.0.0.1", "-p", str(port)], os.environ, "moto-s3")
     wait_for_port("127.0.0.1", port)

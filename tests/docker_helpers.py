@@ -11,7 +11,7 @@ from pathlib import Path
 
 import docker
 
-from sandboxes.backends.base import RuntimeMissing
+from sandboxes.backends.base import BackendUnavailable, RuntimeMissing
 from sandboxes.backends.docker import DockerBackend
 
 
@@ -49,6 +49,20 @@ def remove_test_runtimes() -> None:
         backend.destroy(instance.sandbox_id, remove_workspace=True)
     for sandbox_id in backend.list_workspaces():  # kept by a destroy without its workspace
         backend.destroy(sandbox_id, remove_workspace=True)
+
+
+def remove_this_workers_docker_objects() -> None:
+    """Every container, volume and network of this worker's deployment (its name is the
+    worker's own: tests/environment.py), and nothing of anyone else's. Without a Docker
+    Engine there is nothing to remove."""
+    try:
+        backend = DockerBackend()
+    except BackendUnavailable:
+        return
+    remove_test_runtimes()
+    for network in backend.client.networks.list(names=[backend.network_name]):
+        if network.name == backend.network_name:  # names= matches a part of the name
+            network.remove()
 
 
 def container_of(docker_client, sandbox):

@@ -10,6 +10,7 @@ from quor import services
 from quor.filestore import blob_put
 from quor.models import Membership, ModelProvider, Organization
 from sandboxes.models import AgentEvent, Attachment, Sandbox, Session
+from tests.environment import PORTS
 
 _counter = itertools.count(1)
 
@@ -76,7 +77,7 @@ def make_attachment(session, name="notes.txt", content=b"some notes\n") -> Attac
 def make_app(organization, *, actions=(), credential=None, **fields) -> App:
     """An enabled App; `actions` are (key, method, path, policy) tuples."""
     fields.setdefault("name", f"App {next(_counter)}")
-    fields.setdefault("url_patterns", ["https://apps.test:18446"])
+    fields.setdefault("url_patterns", [f"https://apps.test:{PORTS.TLS_APP}"])
     app = App.objects.create(organization=organization, **fields)
     for key, method, path, policy in actions:
         AppAction.objects.create(

@@ -4,9 +4,10 @@ Without it a hang (a lock no one releases, a wait with no timeout) runs until CI
 limit kills the run and prints nothing about the cause. After QUOR_TEST_HANG_SECONDS of
 one test (setup, call and teardown together), this prints every thread's stack, what
 each connection to the test database is doing and waiting for, the processes the
-tests started and the ends of their logs, then ends pytest with status 3. It ends with
-a summary of a few lines (the test, where its threads wait, the database's waits), since
-CI may show only the end of the output."""
+tests started and the ends of their logs, then ends its test process with status 3 (an
+xdist worker's end fails the test and the run). It ends with a summary of a few lines
+(the test, where its threads wait, the database's waits), since CI may show only the
+end of the output."""
 
 import asyncio
 import faulthandler
@@ -19,6 +20,8 @@ import traceback
 from pathlib import Path
 
 import pytest
+
+from tests.environment import RUN_DIR
 
 DEFAULT_HANG_SECONDS = 600
 
@@ -57,7 +60,7 @@ def _print_diagnostics(out, nodeid: str, seconds: int) -> None:
             out.write(result.stdout + result.stderr)
         except (OSError, subprocess.TimeoutExpired) as error:
             out.write(f"{command[0]} failed: {error}\n")
-    for log in sorted(Path("/tmp/quor-test").glob("*.log")):
+    for log in sorted(RUN_DIR.glob("*.log")):
         out.write(f"\n--- the end of {log} ---\n")
         out.write("\n".join(log.read_text(errors="replace").splitlines()[-30:]) + "\n")
     out.flush()
@@ -124,7 +127,7 @@ def _end_run(item, seconds: int) -> None:
                 out.flush()
                 faulthandler.dump_traceback(file=out, all_threads=True)
     finally:
-        out.write(f"\nhang watchdog: ended the run in {item.nodeid}\n")
+        out.write(f"\nhang watchdog: ended the test process in {item.nodeid}\n")
         out.flush()
         os._exit(3)
 

@@ -10,13 +10,14 @@ import pytest
 from quor.models import ModelProvider
 from sandboxes.models import Session
 from tests import factories
+from tests.environment import PORTS
 from tests.sandboxes.test_agent_session_e2e import collect_until
 from tests.sandboxes.test_event_stream import cookie_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
 APP_TOKEN = "ghp_agent-e2e-token-0123456789abcdef"
-REPO = "https://apps.test:18446/repos/acme/widgets"
+REPO = f"https://apps.test:{PORTS.TLS_APP}/repos/acme/widgets"
 SCRIPT = [
     {
         "text": "Opening the issue.",
@@ -50,7 +51,7 @@ def test_an_agent_waits_for_approval_and_reports_a_denied_action(
     client_for, owner, org, egress_proxy, celery_worker, clean_runtimes, upstream_fakes
 ):
     provider = factories.make_provider(
-        org, kind=ModelProvider.Kind.ANTHROPIC, base_url="https://model.test:18445",
+        org, kind=ModelProvider.Kind.ANTHROPIC, base_url=f"https://model.test:{PORTS.MODEL}",
         model_names=["scripted"],
     )  # fmt: skip
     app = factories.make_app(

@@ -18,6 +18,7 @@ from sandboxes.models import ScheduledRun, ScheduledTask
 from sandboxes.runtime import services
 from tests import factories
 from tests.egress.test_proxy import error_code, places_holding, through_proxy
+from tests.environment import PORTS, REDIS_DATABASE
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
@@ -52,7 +53,7 @@ def session(owner, org, app, egress_proxy, clean_runtimes, upstream_fakes):
 
 
 def call(method, path, **extra):
-    step = {"tunnel": ["apps.test", 18446], "url": path, "method": method, **extra}
+    step = {"tunnel": ["apps.test", PORTS.TLS_APP], "url": path, "method": method, **extra}
     if method in ("POST", "PUT", "PATCH"):
         step.setdefault("body", "{}")
         step.setdefault("headers", {"Content-Type": "application/json"})
@@ -82,13 +83,13 @@ class InBackground:
 # Runs inside the sandbox: one thread per request, all at once, through the proxy.
 PARALLEL = r"""
 import base64, http.client, json, os, ssl, sys, threading, urllib.parse
-count, method, path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+count, method, path, port = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
 credentials = f"{urllib.parse.unquote(proxy.username)}:{urllib.parse.unquote(proxy.password)}"
 results = []
 def one():
     conn = http.client.HTTPSConnection(proxy.hostname, proxy.port, timeout=60, context=ssl.create_default_context())
-    conn.set_tunnel("apps.test", 18446, headers={"Proxy-Authorization": "Basic " + base64.b64encode(credentials.encode()).decode()})
+    conn.set_tunnel("apps.test", port, headers={"Proxy-Authorization": "Basic " + base64.b64encode(credentials.encode()).decode()})
     conn.request(method, path, body="{}", headers={"Content-Type": "application/json"})
     response = conn.getresponse()
     results.append({"status": response.status, "body": response.read().decode()})
@@ -163,7 +164,7 @@ def test_ask_parks_shows_a_live_card_and_approval_forwards_exactly_once(
     browser = Client()
     browser.force_login(owner)
     viewer = websocket.create_connection(
-        f"ws://127.0.0.1:18000/ws/sessions/{session.pk}/?after=0",
+        f"ws://127.0.0.1:{PORTS.WEB}/ws/sessions/{session.pk}/?after=0",
         header=[f"Cookie: sessionid={browser.cookies['sessionid'].value}"],
         origin="http://localhost",
         timeout=15,
@@ -177,7 +178,7 @@ def test_ask_parks_shows_a_live_card_and_approval_forwards_exactly_once(
     approval = card["payload"]["approval"]
     assert approval["app"] == "FakeHub"
     assert approval["method"] == "POST"
-    assert approval["url"] == f"https://apps.test:18446{REPO}/issues?access_token=***"
+    assert approval["url"] == f"https://apps.test:{PORTS.TLS_APP}{REPO}/issues?access_token=***"
     assert [a["key"] for a in approval["actions"]] == ["issues.create"]
     assert approval["body_preview"] == issue  # what the user approves to send
     assert received_by_app(upstream_fakes) == []  # parked: nothing forwarded yet
@@ -271,7 +272,10 @@ def test_a_scheduled_run_uses_its_preapprovals_and_never_waits(
     session, owner, app, org, upstream_fakes
 ):
     other = factories.make_app(
-        org, name="Other", url_patterns=["https://apps.test:18446/other"], credential="x" * 20
+        org,
+        name="Other",
+        url_patterns=[f"https://apps.test:{PORTS.TLS_APP}/other"],
+        credential="x" * 20,
     )
     session.apps.add(other)
     task = ScheduledTask.objects.create(
@@ -300,7 +304,10 @@ def test_a_parked_request_fails_closed_when_the_proxy_loses_redis(session, owner
     request = InBackground(owner, [call("POST", f"{REPO}/issues")], session)
     approval = pending_approval(session)
     client = redis.Redis.from_url(settings.REDIS_URL)
-    assert client.client_kill_filter(_type="pubsub") >= 1
+    subscriptions = [  # this worker's: its processes use its Redis database
+        c["id"] for c in client.client_list(_type="pubsub") if int(c["db"]) == REDIS_DATABASE
+    ]
+    assert sum(client.client_kill_filter(_id=id_) for id_ in subscriptions) >= 1
     [result] = request.wait()
     assert result["status"] == 403
     assert error_code(result) == "approvals.expired"
@@ -310,11 +317,11 @@ def test_a_parked_request_fails_closed_when_the_proxy_loses_redis(session, owner
 
 
 GIVE_UP = r"""
-import base64, http.client, os, ssl, urllib.parse
+import base64, http.client, os, ssl, sys, urllib.parse
 proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
 credentials = f"{urllib.parse.unquote(proxy.username)}:{urllib.parse.unquote(proxy.password)}"
 conn = http.client.HTTPSConnection(proxy.hostname, proxy.port, timeout=2, context=ssl.create_default_context())
-conn.set_tunnel("apps.test", 18446, headers={"Proxy-Authorization": "Basic " + base64.b64encode(credentials.encode()).decode()})
+conn.set_tunnel("apps.test", int(sys.argv[1]), headers={"Proxy-Authorization": "Basic " + base64.b64encode(credentials.encode()).decode()})
 conn.request("POST", "/repos/acme/widgets/issues", body="{}")
 try:
     conn.getresponse()
@@ -326,7 +333,10 @@ conn.close()
 
 def test_a_request_whose_client_gave_up_is_never_sent(session, owner, upstream_fakes, client_for):
     run = services.sandbox_exec(
-        user=owner, session=session, argv=["python3", "-c", GIVE_UP], timeout_s=60
+        user=owner,
+        session=session,
+        argv=["python3", "-c", GIVE_UP, str(PORTS.TLS_APP)],
+        timeout_s=60,
     )
     assert run.stdout.decode().strip() == "gave up", run.stderr
     deadline = time.monotonic() + 10  # the proxy may still be parking it
@@ -367,7 +377,7 @@ def test_fifty_parked_requests_do_not_slow_other_traffic(session, owner, upstrea
         run = services.sandbox_exec(
             user=owner,
             session=session,
-            argv=["python3", "-c", PARALLEL, "50", "POST", f"{REPO}/issues"],
+            argv=["python3", "-c", PARALLEL, "50", "POST", f"{REPO}/issues", str(PORTS.TLS_APP)],
             timeout_s=120,
         )
         results["parked"] = json.loads(run.stdout)
@@ -403,7 +413,7 @@ def test_egress_check_reports_the_app_actions_policy_and_credential(session, own
     def check(method, path):
         call_command(
             "egress_check", "--session", str(session.pk), "--method", method,
-            f"https://apps.test:18446{path}",
+            f"https://apps.test:{PORTS.TLS_APP}{path}",
         )  # fmt: skip
         answer = json.loads(capsys.readouterr().out)
         return {**answer["app"], "top": (answer["decision"], answer["code"])}

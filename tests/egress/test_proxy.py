@@ -9,9 +9,11 @@ import pytest
 from egress import proxy_plugin
 from egress.models import EgressDecision
 from quor.models import ModelProvider
+from sandboxes.backends.docker import sandbox_network_gateway
 from sandboxes.models import Sandbox
 from sandboxes.runtime import services
 from tests import factories
+from tests.environment import PORTS, RUN_DIR
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
@@ -94,7 +96,7 @@ def provider(org):
     return factories.make_provider(
         org,
         kind=ModelProvider.Kind.ANTHROPIC,
-        base_url="https://provider.test:18443",
+        base_url=f"https://provider.test:{PORTS.PROVIDER}",
         api_key=PROVIDER_KEY,
         model_names=["claude-test"],
     )
@@ -108,7 +110,7 @@ def sandbox(owner, provider, egress_proxy, clean_runtimes):
 def test_an_ordinary_request_is_forwarded_without_the_proxy_credentials(
     sandbox, owner, upstream_fakes
 ):
-    [result] = through_proxy(owner, [{"url": "http://app.test:18080/hello"}])
+    [result] = through_proxy(owner, [{"url": f"http://app.test:{PORTS.APP}/hello"}])
     assert result["status"] == 200, result
     received = upstream_fakes.app.requests[-1]
     assert received["path"] == "/hello"
@@ -119,17 +121,17 @@ def test_an_ordinary_request_is_forwarded_without_the_proxy_credentials(
 @pytest.mark.parametrize(
     "url",
     [
-        "http://private.test:18080/",
+        f"http://private.test:{PORTS.APP}/",
         "http://metadata.test/",
         "http://mixed.test/",
-        "http://127.1:18080/",
-        "http://0x7f000001:18080/",
-        "http://2130706433:18080/",
-        "http://0177.0.0.1:18080/",
-        "http://[::1]:18080/",
-        "http://[::ffff:127.0.0.1]:18080/",
+        f"http://127.1:{PORTS.APP}/",
+        f"http://0x7f000001:{PORTS.APP}/",
+        f"http://2130706433:{PORTS.APP}/",
+        f"http://0177.0.0.1:{PORTS.APP}/",
+        f"http://[::1]:{PORTS.APP}/",
+        f"http://[::ffff:127.0.0.1]:{PORTS.APP}/",
         "http://169.254.169.254/latest/meta-data/",
-        "http://10.232.0.1:5432/",
+        f"http://{sandbox_network_gateway()}:5432/",  # the host on the sandboxes' bridge
         "http://nonexistent.test/",
     ],
 )
@@ -142,7 +144,7 @@ def test_internal_destinations_are_blocked_whatever_the_spelling(sandbox, owner,
 def test_the_provider_key_is_injected_and_never_reaches_the_sandbox(sandbox, owner, upstream_fakes):
     before = len(upstream_fakes.provider.requests)
     [result] = through_proxy(owner, [{
-        "tunnel": ["provider.test", 18443], "url": "/v1/messages", "method": "POST",
+        "tunnel": ["provider.test", PORTS.PROVIDER], "url": "/v1/messages", "method": "POST",
         "headers": {"x-api-key": "$ANTHROPIC_API_KEY", "content-type": "application/json"},
         "body": "{}",
     }])  # fmt: skip
@@ -166,13 +168,14 @@ def test_the_provider_key_is_injected_and_never_reaches_the_sandbox(sandbox, own
 def test_a_placeholder_sent_elsewhere_is_refused_and_recorded(sandbox, owner, upstream_fakes):
     before = len(upstream_fakes.app.requests)
     [result] = through_proxy(
-        owner, [{"url": "http://app.test:18080/", "headers": {"x-api-key": "$ANTHROPIC_API_KEY"}}]
+        owner,
+        [{"url": f"http://app.test:{PORTS.APP}/", "headers": {"x-api-key": "$ANTHROPIC_API_KEY"}}],
     )
     assert result["status"] == 403
     assert error_code(result) == "egress.placeholder_misuse"
     assert len(upstream_fakes.app.requests) == before
     decision = wait_for_decision(code="egress.placeholder_misuse")
-    assert (decision.outcome, decision.host, decision.port) == ("blocked", "app.test", 18080)
+    assert (decision.outcome, decision.host, decision.port) == ("blocked", "app.test", PORTS.APP)
 
 
 def test_a_missing_credential_fails_closed(sandbox, owner, provider, upstream_fakes):
@@ -183,7 +186,7 @@ def test_a_missing_credential_fails_closed(sandbox, owner, provider, upstream_fa
         owner,
         [
             {
-                "tunnel": ["provider.test", 18443],
+                "tunnel": ["provider.test", PORTS.PROVIDER],
                 "url": "/v1/messages",
                 "headers": {"x-api-key": "$ANTHROPIC_API_KEY"},
             }
@@ -197,8 +200,8 @@ def test_a_missing_credential_fails_closed(sandbox, owner, provider, upstream_fa
 def test_a_kept_alive_connection_cannot_switch_hosts(sandbox, owner, upstream_fakes):
     before = len(upstream_fakes.app.requests)
     first, second = through_proxy(owner, [
-        {"url": "http://app.test:18080/first"},
-        {"url": "http://other.test:18080/second", "reuse": True},
+        {"url": f"http://app.test:{PORTS.APP}/first"},
+        {"url": f"http://other.test:{PORTS.APP}/second", "reuse": True},
     ])  # fmt: skip
     assert first["status"] == 200
     assert second["status"] == 403
@@ -209,7 +212,14 @@ def test_a_kept_alive_connection_cannot_switch_hosts(sandbox, owner, upstream_fa
 def test_inside_intercepted_tls_the_host_header_must_match(sandbox, owner, upstream_fakes):
     before = len(upstream_fakes.provider.requests)
     [result] = through_proxy(
-        owner, [{"tunnel": ["provider.test", 18443], "url": "/", "headers": {"Host": "app.test"}}]
+        owner,
+        [
+            {
+                "tunnel": ["provider.test", PORTS.PROVIDER],
+                "url": "/",
+                "headers": {"Host": "app.test"},
+            }
+        ],
     )
     assert result["status"] == 403
     assert error_code(result) == "egress.host_mismatch"
@@ -253,9 +263,9 @@ def test_a_sandbox_cannot_use_another_sandboxs_or_sessions_credentials(
     other = services.sandbox_ensure(user=neighbour)
     other_session = factories.make_session(neighbour, sandbox=other)
     results = through_proxy(owner, [
-        {"url": "http://app.test:18080/", "as": ["sandbox", other.proxy_token]},
-        {"url": "http://app.test:18080/", "as": [f"s-{other_session.pk}", other_session.proxy_token]},
-        {"url": "http://app.test:18080/", "auth": False},
+        {"url": f"http://app.test:{PORTS.APP}/", "as": ["sandbox", other.proxy_token]},
+        {"url": f"http://app.test:{PORTS.APP}/", "as": [f"s-{other_session.pk}", other_session.proxy_token]},
+        {"url": f"http://app.test:{PORTS.APP}/", "auth": False},
     ])  # fmt: skip
     assert [r["status"] for r in results] == [403, 403, 407]
     assert [error_code(r) for r in results] == [
@@ -274,7 +284,7 @@ def test_requests_from_addresses_that_are_no_sandbox_are_refused(egress_proxy):
         urllib.request.ProxyHandler({"http": f"http://{host}:{port}"})
     )
     with pytest.raises(urllib.error.HTTPError) as excinfo:
-        opener.open("http://app.test:18080/", timeout=10)
+        opener.open(f"http://app.test:{PORTS.APP}/", timeout=10)
     assert excinfo.value.code == 403
     assert json.loads(excinfo.value.read())["error"]["code"] == "egress.unidentified_sandbox"
 
@@ -287,8 +297,8 @@ def test_network_policies(sandbox, owner, policy, app_status, provider_status):
     Sandbox.objects.filter(pk=sandbox.pk).update(network_policy=policy)
     time.sleep(2.5)
     app, provider_result, api = through_proxy(owner, [
-        {"url": "http://app.test:18080/"},
-        {"tunnel": ["provider.test", 18443], "url": "/", "headers": {"x-api-key": "$ANTHROPIC_API_KEY"}},
+        {"url": f"http://app.test:{PORTS.APP}/"},
+        {"tunnel": ["provider.test", PORTS.PROVIDER], "url": "/", "headers": {"x-api-key": "$ANTHROPIC_API_KEY"}},
         {"url": "http://quor-api/api/v1/runtime/whoami/", "headers": {"Authorization": "Bearer $QUOR_API_TOKEN"}},
     ])  # fmt: skip
     assert (app["status"], provider_result["status"], api["status"]) == (
@@ -305,28 +315,31 @@ def test_the_proxy_connects_to_the_address_it_checked_with_one_lookup(
     upstream_fakes.dns.records["rebind.test"] = lambda: next(answers)
     upstream_fakes.dns.ttls["rebind.test"] = 0  # a rebinding name: its answers are not kept
     upstream_fakes.dns.queries["rebind.test"] = 0
-    [result] = through_proxy(owner, [{"url": "http://rebind.test:18080/pinned"}])
+    [result] = through_proxy(owner, [{"url": f"http://rebind.test:{PORTS.APP}/pinned"}])
     assert json.loads(result["body"])["server"] == "app-127.0.0.2"
     assert upstream_fakes.dns.queries["rebind.test"] == 2  # one lookup: A and AAAA
 
 
 def test_a_silent_client_does_not_stall_others(sandbox, owner):
     stall = r"""
-import base64, os, socket, time, urllib.parse, http.client
+import base64, os, socket, sys, time, urllib.parse, http.client
+provider_port, app_port = sys.argv[1:]
 proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
 auth = base64.b64encode(f"{urllib.parse.unquote(proxy.username)}:{urllib.parse.unquote(proxy.password)}".encode()).decode()
 silent = []
 for _ in range(3):
     s = socket.create_connection((proxy.hostname, proxy.port))
-    s.sendall(f"CONNECT provider.test:18443 HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
+    s.sendall(f"CONNECT provider.test:{provider_port} HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
     silent.append(s)  # then never a TLS ClientHello
 time.sleep(1)
 started = time.monotonic()
 conn = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=10)
-conn.request("GET", "http://app.test:18080/fast", headers={"Proxy-Authorization": "Basic " + auth})
+conn.request("GET", f"http://app.test:{app_port}/fast", headers={"Proxy-Authorization": "Basic " + auth})
 print(conn.getresponse().status, round(time.monotonic() - started, 3))
 """
-    result = services.sandbox_exec(user=owner, argv=["python3", "-c", stall], timeout_s=60)
+    result = services.sandbox_exec(
+        user=owner, argv=["python3", "-c", stall, str(PORTS.PROVIDER), str(PORTS.APP)], timeout_s=60
+    )
     status, seconds = result.stdout.decode().split()
     assert status == "200"
     assert float(seconds) < 2
@@ -335,11 +348,11 @@ print(conn.getresponse().status, round(time.monotonic() - started, 3))
 def test_a_sandbox_silent_after_connect_to_an_intercepted_host_is_dropped(sandbox, owner):
     """Without a deadline the proxy's blocking handshake would hold a thread for ever."""
     silent = r"""
-import base64, os, socket, time, urllib.parse
+import base64, os, socket, sys, time, urllib.parse
 proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
 auth = base64.b64encode(f"{urllib.parse.unquote(proxy.username)}:{urllib.parse.unquote(proxy.password)}".encode()).decode()
 s = socket.create_connection((proxy.hostname, proxy.port))
-s.sendall(f"CONNECT provider.test:18443 HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
+s.sendall(f"CONNECT provider.test:{sys.argv[1]} HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
 s.settimeout(40)
 started, answer = time.monotonic(), b""
 try:
@@ -349,7 +362,9 @@ except OSError:
     pass
 print(answer.split(b"\r\n")[0].decode(), "|", round(time.monotonic() - started, 1))
 """
-    result = services.sandbox_exec(user=owner, argv=["python3", "-c", silent], timeout_s=60)
+    result = services.sandbox_exec(
+        user=owner, argv=["python3", "-c", silent, str(PORTS.PROVIDER)], timeout_s=60
+    )
     status_line, seconds = result.stdout.decode().rsplit("|", 1)
     assert " 200 " in status_line, result
     assert proxy_plugin.SANDBOX_HANDSHAKE_TIMEOUT_S - 1 < float(seconds) < 30
@@ -357,7 +372,7 @@ print(answer.split(b"\r\n")[0].decode(), "|", round(time.monotonic() - started, 
 
 def test_oversized_bodies_are_refused_with_413(sandbox, owner):
     [result] = through_proxy(owner, [{
-        "url": "http://app.test:18080/upload", "method": "POST",
+        "url": f"http://app.test:{PORTS.APP}/upload", "method": "POST",
         "headers": {"Content-Length": str(40 * 1024 * 1024)}, "body": "x",
     }])  # fmt: skip
     assert result["status"] == 413
@@ -389,16 +404,20 @@ def test_an_upstream_that_never_answers_tls_does_not_stall_others(
     sandbox, owner, org, upstream_fakes
 ):
     factories.make_provider(
-        org, kind=ModelProvider.Kind.OPENAI, base_url="https://silent.test:18444", api_key="sk-x"
+        org,
+        kind=ModelProvider.Kind.OPENAI,
+        base_url=f"https://silent.test:{PORTS.SILENT}",
+        api_key="sk-x",
     )
     time.sleep(2.5)
     script = r"""
-import base64, http.client, os, ssl, threading, time, urllib.parse
+import base64, http.client, os, ssl, sys, threading, time, urllib.parse
+silent_port, app_port = sys.argv[1:]
 proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
 auth = "Basic " + base64.b64encode(f"{urllib.parse.unquote(proxy.username)}:{urllib.parse.unquote(proxy.password)}".encode()).decode()
 def hang():
     conn = http.client.HTTPSConnection(proxy.hostname, proxy.port, timeout=30, context=ssl.create_default_context())
-    conn.set_tunnel("silent.test", 18444, headers={"Proxy-Authorization": auth})
+    conn.set_tunnel("silent.test", int(silent_port), headers={"Proxy-Authorization": auth})
     try:
         conn.request("GET", "/")
     except Exception:
@@ -408,10 +427,12 @@ for _ in range(3):
 time.sleep(1)
 started = time.monotonic()
 conn = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=10)
-conn.request("GET", "http://app.test:18080/fast", headers={"Proxy-Authorization": auth})
+conn.request("GET", f"http://app.test:{app_port}/fast", headers={"Proxy-Authorization": auth})
 print(conn.getresponse().status, round(time.monotonic() - started, 3))
 """
-    result = services.sandbox_exec(user=owner, argv=["python3", "-c", script], timeout_s=60)
+    result = services.sandbox_exec(
+        user=owner, argv=["python3", "-c", script, str(PORTS.SILENT), str(PORTS.APP)], timeout_s=60
+    )
     status, seconds = result.stdout.decode().split()
     assert status == "200"
     assert float(seconds) < 2
@@ -423,10 +444,10 @@ def test_egress_check_reports_the_decision_the_proxy_would_take(sandbox, owner, 
 
     for url, expected in [
         (
-            "https://provider.test:18443/v1/messages",
+            f"https://provider.test:{PORTS.PROVIDER}/v1/messages",
             {"decision": "intercept", "credential": "anthropic"},
         ),
-        ("http://app.test:18080/", {"decision": "forward", "credential": None}),
+        (f"http://app.test:{PORTS.APP}/", {"decision": "forward", "credential": None}),
         ("http://private.test/", {"decision": "blocked", "code": "egress.private_destination"}),
     ]:
         call_command("egress_check", "--user", owner.email, url)
@@ -446,24 +467,26 @@ def test_the_proxy_reports_ready_once_it_knows_the_sandboxes(egress_proxy, capsy
         except SystemExit:
             assert time.monotonic() < deadline
             time.sleep(0.5)
-    assert "egress proxy: ready on 10.232.0.1:18899" in capsys.readouterr().out
+    assert (
+        f"egress proxy: ready on {sandbox_network_gateway()}:{PORTS.EGRESS_PROXY}"
+        in capsys.readouterr().out
+    )
 
 
 def test_the_proxy_logs_never_contain_a_credential(sandbox, owner, upstream_fakes):
-    from pathlib import Path
 
     through_proxy(
         owner,
         [
             {
-                "tunnel": ["provider.test", 18443],
+                "tunnel": ["provider.test", PORTS.PROVIDER],
                 "url": "/v1/messages",
                 "headers": {"x-api-key": "$ANTHROPIC_API_KEY"},
             }
         ],
     )
     assert upstream_fakes.provider.requests[-1]["headers"]["x-api-key"] == PROVIDER_KEY
-    log = Path("/tmp/quor-test/egress-proxy.log").read_text()
+    log = RUN_DIR / "egress-proxy.log".read_text()
     assert PROVIDER_KEY not in log
     sandbox.refresh_from_db()
     assert sandbox.proxy_token not in log
@@ -505,7 +528,9 @@ print(json.dumps(results))
 AUTH = "Proxy-Authorization: Basic {auth}\r\n"
 
 
-def get(target: str, host: str = "app.test:18080", *, auth: str = AUTH, version: str = "HTTP/1.1"):
+def get(
+    target: str, host: str = f"app.test:{PORTS.APP}", *, auth: str = AUTH, version: str = "HTTP/1.1"
+):
     return {"send": f"GET {target} {version}\r\nHost: {host}\r\n{auth}\r\n"}
 
 
@@ -526,65 +551,71 @@ MALFORMED_REQUESTS = [
     ([get("http://7147006462/")], [INVALID_DESTINATION]),
     ([get("http://0x41414141A9FEA9FE/")], [INVALID_DESTINATION]),
     ([get("http://[::1/")], [INVALID_DESTINATION]),
-    ([get("http://[fe80::1%25eth0]:18080/")], [INVALID_DESTINATION]),
-    ([get("http://::1:18080/")], [INVALID_DESTINATION]),
-    ([get("http://user:secret@app.test:18080/")], [INVALID_DESTINATION]),
-    ([get("http://app.test:18080@private.test/")], [INVALID_DESTINATION]),
+    ([get(f"http://[fe80::1%25eth0]:{PORTS.APP}/")], [INVALID_DESTINATION]),
+    ([get(f"http://::1:{PORTS.APP}/")], [INVALID_DESTINATION]),
+    ([get(f"http://user:secret@app.test:{PORTS.APP}/")], [INVALID_DESTINATION]),
+    ([get(f"http://app.test:{PORTS.APP}@private.test/")], [INVALID_DESTINATION]),
     ([get("http://" + "a" * 64 + ".test/")], [INVALID_DESTINATION]),
     ([get("http://exa%20mple.test/")], [INVALID_DESTINATION]),
     ([get("http://127.0.0.1:+80/")], [INVALID_PORT]),
     ([get("http://app.test:-1/")], [INVALID_PORT]),
     ([get("http://app.test:0/")], [INVALID_PORT]),
     ([get("http://app.test:65536/")], [INVALID_PORT]),
-    ([get("http://app.test:18080x/")], [INVALID_PORT]),
+    ([get(f"http://app.test:{PORTS.APP}x/")], [INVALID_PORT]),
     ([get("http://app.test:1_8080/")], [INVALID_PORT]),
     ([get("http://app.test:/")], [INVALID_PORT]),
-    ([get("ftp://app.test:18080/")], [INVALID_SCHEME]),
-    ([get("https://app.test:18080/")], [INVALID_SCHEME]),
-    ([get("app.test:18080")], [INVALID_SCHEME]),
+    ([get(f"ftp://app.test:{PORTS.APP}/")], [INVALID_SCHEME]),
+    ([get(f"https://app.test:{PORTS.APP}/")], [INVALID_SCHEME]),
+    ([get(f"app.test:{PORTS.APP}")], [INVALID_SCHEME]),
     ([get("/hello")], [MALFORMED]),
-    ([get("//app.test:18080/hello")], [MALFORMED]),
-    ([get("http://app.test:18080/", version="HTTP/9.9")], [MALFORMED]),
-    ([{"send": f"GET http://app.test:18080/\r\n{AUTH}\r\n"}], [MALFORMED]),  # no version
+    ([get(f"//app.test:{PORTS.APP}/hello")], [MALFORMED]),
+    ([get(f"http://app.test:{PORTS.APP}/", version="HTTP/9.9")], [MALFORMED]),
+    ([{"send": f"GET http://app.test:{PORTS.APP}/\r\n{AUTH}\r\n"}], [MALFORMED]),  # no version
     ([get("http://\xff.test/")], [MALFORMED]),
-    ([get("http://app.test:18080/a\x01b")], [MALFORMED]),
+    ([get(f"http://app.test:{PORTS.APP}/a\x01b")], [MALFORMED]),
     ([connect("provider.test")], [INVALID_PORT]),
     ([connect("provider.test:99999")], [INVALID_PORT]),
     ([connect("0x41414141A9FEA9FE:443")], [INVALID_DESTINATION]),
-    ([connect("user@provider.test:18443")], [INVALID_DESTINATION]),
+    ([connect(f"user@provider.test:{PORTS.PROVIDER}")], [INVALID_DESTINATION]),
     ([connect("[::1:443")], [INVALID_DESTINATION]),
-    ([get("http://app.test:18080/", host="app.test:+80")], [INVALID_PORT]),
-    ([get("http://app.test:18080/", host="exa mple.test")], [INVALID_DESTINATION]),
+    ([get(f"http://app.test:{PORTS.APP}/", host="app.test:+80")], [INVALID_PORT]),
+    ([get(f"http://app.test:{PORTS.APP}/", host="exa mple.test")], [INVALID_DESTINATION]),
     # on a kept-alive connection, and inside intercepted TLS
-    ([get("http://app.test:18080/first"), get("http://app.test:+80/")], [OK, INVALID_PORT]),
-    ([get("http://app.test:18080/first"), get("/second")], [OK, MALFORMED]),
+    ([get(f"http://app.test:{PORTS.APP}/first"), get("http://app.test:+80/")], [OK, INVALID_PORT]),
+    ([get(f"http://app.test:{PORTS.APP}/first"), get("/second")], [OK, MALFORMED]),
     (
-        [connect("provider.test:18443"), {"tls": "provider.test"}, get("/", "provider.test:+1")],
+        [
+            connect(f"provider.test:{PORTS.PROVIDER}"),
+            {"tls": "provider.test"},
+            get("/", "provider.test:+1"),
+        ],
         [OK, INVALID_PORT],
     ),
     (  # a URL inside intercepted TLS would be judged as plain http, past the App's rules
         [
-            connect("provider.test:18443"),
+            connect(f"provider.test:{PORTS.PROVIDER}"),
             {"tls": "provider.test"},
-            get("http://provider.test:18443/", "other.test:18080"),
+            get(f"http://provider.test:{PORTS.PROVIDER}/", f"other.test:{PORTS.APP}"),
         ],
         [OK, MALFORMED],
     ),
     # who asks is checked first
     ([get("http://app.test:+80/", auth="")], [(407, "egress.proxy_auth_required")]),
     # what follows the authority's end cannot move the host
-    ([get("http://app.test:18080#@private.test/")], [OK]),
+    ([get(f"http://app.test:{PORTS.APP}#@private.test/")], [OK]),
     # nor can the Host header (domain fronting)
-    ([get("http://app.test:18080/fronted", host="other.test:18080")], [HOST_MISMATCH]),
+    (
+        [get(f"http://app.test:{PORTS.APP}/fronted", host=f"other.test:{PORTS.APP}")],
+        [HOST_MISMATCH],
+    ),
 ]
 
 
 def test_malformed_hosts_ports_and_schemes_get_a_json_refusal_from_the_proxy(
     sandbox, owner, upstream_fakes
 ):
-    from pathlib import Path
 
-    log = Path("/tmp/quor-test/egress-proxy.log")
+    log = RUN_DIR / "egress-proxy.log"
     log_start = log.stat().st_size
     app_before, provider_before = (
         len(upstream_fakes.app.requests),

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import tempfile
 import time
 from html.parser import HTMLParser
@@ -30,6 +29,7 @@ import pytest
 from joserfc.jwk import RSAKey
 
 from tests import conftest
+from tests.environment import RUN_DIR, free_port
 
 SERVER = Path(__file__).with_name("server.mjs")
 CLIENT_ID = "quor"
@@ -47,7 +47,7 @@ class OpenIdProvider:
 
     def __init__(self, *, redirect_uris, post_logout_redirect_uris, backchannel_logout_uri=None):
         self._directory = Path(tempfile.mkdtemp(prefix="quor-oidc-provider-"))
-        self.port = _free_port()
+        self.port = free_port()
         self.issuer = f"http://127.0.0.1:{self.port}"
         self.redirect_uris = list(redirect_uris)
         self.post_logout_redirect_uris = list(post_logout_redirect_uris)
@@ -174,7 +174,7 @@ class OpenIdProvider:
         self._process = conftest._start(
             ["node", str(SERVER), str(self._config)], os.environ, log_name
         )
-        self._wait_until_ready(Path("/tmp/quor-test") / f"{log_name}.log")
+        self._wait_until_ready(RUN_DIR / f"{log_name}.log")
 
     def _wait_until_ready(self, log, timeout=30):
         """Polls discovery; unlike tests.docker_helpers.wait_for_http it gives up as soon
@@ -246,12 +246,6 @@ def _new_signing_key():
     return RSAKey.generate_key(
         2048, parameters={"use": "sig", "alg": "RS256"}, private=True, auto_kid=True
     )
-
-
-def _free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture

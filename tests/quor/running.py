@@ -4,7 +4,6 @@ that they run beside the session's shared processes, and what they serve and wri
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,12 +13,6 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Processes:

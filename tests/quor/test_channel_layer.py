@@ -8,8 +8,9 @@ import redis
 from django.conf import settings
 
 from quor.lib.channel_layer import ChannelLayer
+from tests import environment
 
-CLIENT_NAME = "quor-test-channel-layer"
+CLIENT_NAME = f"quor-test-channel-layer-{environment.NAME}"  # this worker's only
 ROUNDS = 15
 NEW_VIEWERS = 8
 
@@ -39,8 +40,10 @@ async def everyone_receives(layer, group, channels):
 
 @pytest.mark.parametrize("round_", range(ROUNDS))
 def test_viewers_joining_while_the_subscription_reconnects_all_join(round_):
-    host = settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]
-    layer = ChannelLayer(hosts=[{**host, "client_name": CLIENT_NAME}])
+    config = settings.CHANNEL_LAYERS["default"]["CONFIG"]
+    layer = ChannelLayer(
+        **{**config, "hosts": [{**config["hosts"][0], "client_name": CLIENT_NAME}]}
+    )
 
     async def scenario():
         async with asyncio.timeout(30):

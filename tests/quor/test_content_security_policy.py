@@ -3,6 +3,8 @@ styles; responses with a policy of their own keep it."""
 
 import pytest
 
+from tests.environment import PORTS
+
 pytestmark = pytest.mark.django_db
 
 
@@ -22,7 +24,7 @@ def test_a_page_runs_only_quors_own_scripts_and_styles(client, owner):
     assert policy["style-src"] == "'self'"
     assert policy["img-src"] == "'self' data: blob:"
     assert policy["frame-ancestors"] == "'none'"
-    assert "http://*.localhost:18001" in policy["frame-src"]
+    assert f"http://*.localhost:{PORTS.WEBAPP_PROXY}" in policy["frame-src"]
     assert policy["connect-src"] == "'self' ws://testserver wss://testserver"
 
 

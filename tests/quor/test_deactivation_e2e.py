@@ -11,13 +11,14 @@ from approvals.models import ApprovalRequest
 from quor.models import ModelProvider
 from sandboxes.models import Sandbox, Session
 from tests import factories
+from tests.environment import PORTS
 from tests.quor.test_deactivation import deactivate_in_admin, logged_in
 from tests.sandboxes.test_event_stream import connect, cookie_for
 from tests.scenarios import run_scenario
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
-REPO = "https://apps.test:18446/repos/acme/widgets"
+REPO = f"https://apps.test:{PORTS.TLS_APP}/repos/acme/widgets"
 SCRIPT = [
     {
         "text": "Opening the issue.",
@@ -45,7 +46,7 @@ def test_deactivating_a_member_mid_turn_ends_their_access_everywhere_within_seco
     client_for, owner, org, org_admin, egress_proxy, celery_worker, clean_runtimes, upstream_fakes
 ):
     provider = factories.make_provider(
-        org, kind=ModelProvider.Kind.ANTHROPIC, base_url="https://model.test:18445",
+        org, kind=ModelProvider.Kind.ANTHROPIC, base_url=f"https://model.test:{PORTS.MODEL}",
         model_names=["scripted"],
     )  # fmt: skip
     app = factories.make_app(

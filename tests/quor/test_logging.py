@@ -16,10 +16,10 @@ import pytest
 from quor.celery import app
 from quor.lib import logs
 from tests.docker_helpers import wait_for_port
+from tests.environment import free_port
 from tests.quor.running import (
     Processes,
     celery_worker,
-    free_port,
     json_lines,
     web,
 )

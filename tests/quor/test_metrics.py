@@ -21,11 +21,11 @@ from sandboxes.models import Sandbox, Session
 from sandboxes.sessions.services import session_events_report, sessions_fail_lost_turns
 from tests import factories
 from tests.docker_helpers import host_ipv4_addresses, wait_for_port
+from tests.environment import free_port
 from tests.quor.running import (
     Processes,
     celery_worker,
     eventually,
-    free_port,
     sample,
     scrape,
     web,

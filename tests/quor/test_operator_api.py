@@ -160,6 +160,7 @@ def test_a_member_of_another_organization_is_not_found_through_this_one(org, str
     assert stranger.membership.role == "member"
 
 
+@pytest.mark.docker  # the destroy task removes the runtime through the Docker Engine
 def test_the_operator_sees_every_organizations_sandboxes_and_stops_one(
     owner, stranger, django_capture_on_commit_callbacks
 ):

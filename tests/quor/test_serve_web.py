@@ -22,7 +22,8 @@ from quor.management.commands.serve_web import WebProcesses
 from sandboxes.sessions.events import session_events_publish
 from tests import factories
 from tests.docker_helpers import wait_for_http
-from tests.quor.running import Processes, free_port, web
+from tests.environment import free_port
+from tests.quor.running import Processes, web
 from tests.sandboxes.test_event_stream import cookie_for
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sandboxes.scripted_model import ScriptedModelServer, demo_script
+from tests.environment import free_port
 from tests.fakes import make_test_ca
 
 AGENT = Path(__file__).resolve().parents[2] / "deploy" / "sandbox" / "runtime" / "agent.py"
@@ -700,14 +701,6 @@ def test_quor_search_says_what_went_wrong_and_exits_1(quor):
 # --- start_web_app --------------------------------------------------------------------
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind((ALL_INTERFACES, 0))
-        return probe.getsockname()[1]
-
-
 def web_app_turn(quor, model, session_dir, command, port):
     call = {"name": "start_web_app", "input": {"command": command, "port": port}}
     model.script = [{"tool_calls": [call]}, {"text": "Done."}]
@@ -732,7 +725,7 @@ def test_start_web_app_starts_a_server_that_outlives_the_turn_and_registers_it(
 ):
     import urllib.request
 
-    port = free_port()
+    port = free_port(ALL_INTERFACES)
     command = f"python3 -m http.server --bind 0.0.0.0 {port}"
     (session_dir / "index.html").write_text("<h1>hello from the app</h1>")
     tool_result = web_app_turn(quor, model, session_dir, command, port)
@@ -756,7 +749,7 @@ def test_start_web_app_starts_a_server_that_outlives_the_turn_and_registers_it(
 def test_a_web_app_on_loopback_only_is_stopped_with_a_hint_to_bind_0_0_0_0(
     quor, model, session_dir
 ):
-    port = free_port()
+    port = free_port(ALL_INTERFACES)
     command = f"echo starting the app; exec python3 -m http.server --bind 127.0.0.1 {port}"
     tool_result = web_app_turn(quor, model, session_dir, command, port)
 
@@ -804,7 +797,10 @@ def test_sigterm_while_a_web_app_starts_stops_it_too(quor, model, session_dir):
     """Registered web apps outlive the turn; one still starting goes with a cancel."""
     pid_file = session_dir / "server.pid"
     command = f"echo $$ > {pid_file}; exec sleep 60"
-    call = {"name": "start_web_app", "input": {"command": command, "port": free_port()}}
+    call = {
+        "name": "start_web_app",
+        "input": {"command": command, "port": free_port(ALL_INTERFACES)},
+    }
     model.script = [{"tool_calls": [call]}]
     process = start_agent(session_dir, agent_env(quor, model, session_dir))
     wait_for(lambda: pid_file.exists() and pid_file.read_text().strip())

@@ -11,6 +11,7 @@ from quor.models import ModelProvider
 from sandboxes.models import Session
 from sandboxes.runtime import services
 from tests import factories
+from tests.environment import PORTS
 from tests.sandboxes.test_event_stream import connect, cookie_for
 from tests.scenarios import run_scenario
 
@@ -44,7 +45,7 @@ SCRIPT = [
 @pytest.fixture
 def model_id(org, upstream_fakes):
     provider = factories.make_provider(
-        org, kind=ModelProvider.Kind.ANTHROPIC, base_url="https://model.test:18445",
+        org, kind=ModelProvider.Kind.ANTHROPIC, base_url=f"https://model.test:{PORTS.MODEL}",
         api_key=MODEL_KEY, model_names=["scripted"],
     )  # fmt: skip
     upstream_fakes.model.script = SCRIPT

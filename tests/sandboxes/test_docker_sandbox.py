@@ -19,6 +19,7 @@ from sandboxes.backends.docker import DockerBackend
 from sandboxes.backends.execution import read_frames
 from sandboxes.models import Sandbox
 from sandboxes.runtime import services
+from tests import environment
 from tests.docker_helpers import container_of
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]
@@ -207,18 +208,19 @@ def test_a_new_image_replaces_an_idle_runtime_and_keeps_the_workspace(
 ):
     run(owner, ["sh", "-c", "echo kept > /workspace/note.txt"])
     image = docker_client.images.get("quor-sandbox:latest")
-    image.tag("quor-sandbox", "upgrade-test")
+    tag = f"upgrade-test-{environment.NAME}"  # this worker's own
+    image.tag("quor-sandbox", tag)
     try:
-        with override_settings(QUOR_SANDBOX_IMAGE="quor-sandbox:upgrade-test"):
+        with override_settings(QUOR_SANDBOX_IMAGE=f"quor-sandbox:{tag}"):
             assert services.sandbox_ensure(user=owner).runtime_id == running_sandbox.runtime_id
-            container_of(docker_client, running_sandbox).commit("quor-sandbox", "upgrade-test")
+            container_of(docker_client, running_sandbox).commit("quor-sandbox", tag)
             upgraded = services.sandbox_ensure(user=owner)
         assert upgraded.runtime_id != running_sandbox.runtime_id
-        assert upgraded.image_ref == docker_client.images.get("quor-sandbox:upgrade-test").id
+        assert upgraded.image_ref == docker_client.images.get(f"quor-sandbox:{tag}").id
         assert run(owner, ["cat", "/workspace/note.txt"]).stdout == b"kept\n"
     finally:
         services.sandbox_destroy(sandbox=Sandbox.objects.get(user=owner))
-        docker_client.images.remove("quor-sandbox:upgrade-test", force=True)
+        docker_client.images.remove(f"quor-sandbox:{tag}", force=True)
 
 
 def test_an_archive_tar_refuses_is_a_backend_error_with_tars_message(running_sandbox, owner):

@@ -7,6 +7,7 @@ from django.test import Client
 from quor.asgi import application
 from sandboxes.sessions.events import session_events_append
 from tests import factories
+from tests.environment import PORTS
 from tests.scenarios import run_scenario
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -123,19 +124,19 @@ def test_a_viewer_misses_nothing_across_a_restart_of_the_web_process(owner, proc
                 "-b",
                 "127.0.0.1",
                 "-p",
-                "18010",
+                str(PORTS.EXTRA_WEB),
                 "quor.asgi:application",
             ],
             env=process_env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        wait_for_port("127.0.0.1", 18010)
+        wait_for_port("127.0.0.1", PORTS.EXTRA_WEB)
         return process
 
     def watch(after):
         return websocket.create_connection(
-            f"ws://127.0.0.1:18010/ws/sessions/{session.pk}/?after={after}",
+            f"ws://127.0.0.1:{PORTS.EXTRA_WEB}/ws/sessions/{session.pk}/?after={after}",
             header=[f"Cookie: {cookie}"],
             origin="http://localhost",
             timeout=10,

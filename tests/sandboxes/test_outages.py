@@ -15,10 +15,11 @@ from quor.models import ModelProvider
 from sandboxes.models import AgentEvent, Session
 from sandboxes.runtime import services
 from tests import factories
+from tests.environment import PORTS
 from tests.sandboxes.test_agent_session_e2e import collect_until
 from tests.sandboxes.test_event_stream import cookie_for
 
-pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.docker, pytest.mark.serial, pytest.mark.django_db(transaction=True)]
 
 
 def wait_until(check, timeout: float, what: str) -> None:
@@ -141,7 +142,7 @@ def test_redis_stopped_while_a_session_is_started(
     from sandboxes.sessions.services import sessions_requeue_pending
 
     provider = factories.make_provider(
-        org, kind=ModelProvider.Kind.ANTHROPIC, base_url="https://model.test:18445",
+        org, kind=ModelProvider.Kind.ANTHROPIC, base_url=f"https://model.test:{PORTS.MODEL}",
         model_names=["scripted"],
     )  # fmt: skip
     upstream_fakes.model.script = SCRIPT

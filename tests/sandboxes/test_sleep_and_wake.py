@@ -16,6 +16,7 @@ from sandboxes.library.files import library_file_put
 from sandboxes.models import Sandbox, Snapshot
 from sandboxes.runtime import services
 from tests import factories
+from tests.environment import PORTS
 from webapps.services import webapp_register
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
@@ -299,7 +300,7 @@ def test_a_follow_up_after_sleep_wakes_the_sandbox_and_continues_the_conversatio
     from tests.sandboxes.test_event_stream import cookie_for
 
     provider = factories.make_provider(
-        org, kind=ModelProvider.Kind.ANTHROPIC, base_url="https://model.test:18445",
+        org, kind=ModelProvider.Kind.ANTHROPIC, base_url=f"https://model.test:{PORTS.MODEL}",
         model_names=["scripted"],
     )  # fmt: skip
     upstream_fakes.model.script = [

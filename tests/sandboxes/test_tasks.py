@@ -57,6 +57,7 @@ def test_only_sandboxes_quiet_for_the_idle_time_with_no_agent_working_go_to_slee
 
 
 @pytest.mark.django_db
+@pytest.mark.docker  # the backend asks the Docker Engine its API version when it is made
 def test_an_unexpected_failure_while_starting_is_recorded_not_left_provisioning(owner, monkeypatch):
     from sandboxes.backends.docker import DockerBackend
 

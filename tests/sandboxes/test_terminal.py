@@ -28,10 +28,9 @@ from sandboxes.sessions import services as sessions
 from sandboxes.terminal import services as terminal
 from tests import factories
 from tests.docker_helpers import wait_for_port
+from tests.environment import PORTS
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
-
-SECOND_WEB_PORT = 18011
 
 
 def cookie_for(user) -> str:
@@ -135,13 +134,13 @@ def session(owner, running_sandbox):
 def second_web(process_env):
     """Another web process, as after a redeploy or behind a load balancer."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(SECOND_WEB_PORT),
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(PORTS.SECOND_WEB),
          "quor.asgi:application"],
         env=process_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
     )  # fmt: skip
-    wait_for_port("127.0.0.1", SECOND_WEB_PORT)
-    yield f"http://127.0.0.1:{SECOND_WEB_PORT}"
+    wait_for_port("127.0.0.1", PORTS.SECOND_WEB)
+    yield f"http://127.0.0.1:{PORTS.SECOND_WEB}"
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
 

@@ -19,6 +19,7 @@ from sandboxes.runtime import services
 from sandboxes.sessions import services as sessions
 from tests import factories
 from tests.docker_helpers import container_of
+from tests.environment import PORTS
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
@@ -33,7 +34,7 @@ SCRIPT = [
 @pytest.fixture
 def model_choice(org, upstream_fakes):
     provider = factories.make_provider(
-        org, kind=ModelProvider.Kind.ANTHROPIC, base_url="https://model.test:18445",
+        org, kind=ModelProvider.Kind.ANTHROPIC, base_url=f"https://model.test:{PORTS.MODEL}",
         api_key="sk-ant-turns-model-key-0123456789", model_names=["scripted"],
     )  # fmt: skip
     upstream_fakes.model.script = SCRIPT

@@ -18,7 +18,6 @@ from playwright.sync_api import sync_playwright
 
 from tests import factories
 
-CHROMIUM = "/usr/bin/chromium"  # Debian's package (tools/provision); Playwright downloads none
 QUOR = settings.QUOR_PUBLIC_URL.rstrip("/")
 AXE = Path(__file__).resolve().parents[2] / "node_modules/axe-core/axe.min.js"
 VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
@@ -49,10 +48,10 @@ def viewport(request):
 class BrowserPages:
     """Pages of one browser profile at one width, logged in as a given user."""
 
-    def __init__(self, playwright, viewport_name):
+    def __init__(self, playwright, chromium, viewport_name):
         self.viewport = viewport_name
         self.browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=QUIET
+            executable_path=chromium, headless=True, args=QUIET
         )
         self.context = self.browser.new_context(
             viewport=VIEWPORTS[viewport_name], has_touch=viewport_name == "phone"
@@ -80,20 +79,7 @@ class BrowserPages:
         page.on("requestfinished", lambda r: self.unanswered.pop(r, None))
         page.on("requestfailed", self._note_failed_request)
         page.goto(QUOR + path)
-        self._reload_after_a_network_change(page)
         return page
-
-    def _reload_after_a_network_change(self, page) -> None:
-        """Docker adding or removing a sandbox's network interface on this host makes
-        Chromium abort what it is loading (net::ERR_NETWORK_CHANGED; seen in CI on the
-        files panel's script). A user's browser never runs beside the sandboxes' bridge:
-        the page is loaded again, at most twice."""
-        for _ in range(2):
-            changed = [f for f in self.failed if "ERR_NETWORK_CHANGED" in f]
-            if not changed:
-                return
-            self.failed = [f for f in self.failed if f not in changed]
-            page.reload()
 
     def _note_policy_violation(self, message):
         """Chromium reports what the Content-Security-Policy blocked as a console error:
@@ -131,14 +117,14 @@ def pytest_runtest_makereport(item, call):
 
 
 @pytest.fixture
-def ui(request, viewport, quor_web, monkeypatch):
+def ui(request, viewport, quor_web, chromium, monkeypatch):
     """Browser pages at one width. A browser per test: Playwright's sync API runs an event
     loop in this thread while it lives, and Django refuses database calls beside a running
     loop, so the test's own database calls are allowed here and the loop ends with the
     test (later tests see none)."""
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     with sync_playwright() as playwright:
-        pages = BrowserPages(playwright, viewport)
+        pages = BrowserPages(playwright, chromium, viewport)
         yield pages
         if getattr(request.node, "ui_call_failed", False):
             print(pages.network_report())  # in the report's "Captured stdout teardown"

@@ -22,7 +22,7 @@ from tests.ui.conftest import (
     assert_fits_the_width,
 )
 
-pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
 WORKSPACE = (
     "mkdir -p src/empty data && printf 'print(1)\\n' > src/hello.py"

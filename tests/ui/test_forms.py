@@ -10,7 +10,7 @@ from sandboxes.models import Session, Skill
 from tests import factories
 from tests.ui.conftest import assert_accessible, assert_fits_the_width
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture

@@ -17,9 +17,10 @@ from quor.models import ModelProvider
 from sandboxes.models import Session
 from sandboxes.sessions import services as sessions
 from tests import factories
+from tests.environment import PORTS
 from tests.ui.conftest import assert_accessible, assert_fits_the_width
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PROGRAM = 'print("hello")\n' * 7  # 105 bytes
 OUTPUT = "".join(f"line {n}\n" for n in range(1, 11)) + "[exit code: 3]"
@@ -381,7 +382,7 @@ def test_a_real_turn_streams_into_cards_and_a_follow_up_continues_it(
     provider = factories.make_provider(
         owner.membership.organization,
         kind=ModelProvider.Kind.ANTHROPIC,
-        base_url="https://model.test:18445",
+        base_url=f"https://model.test:{PORTS.MODEL}",
         api_key="sk-ant-ui-model-key-0123456789abcdef",
         model_names=["scripted"],
     )

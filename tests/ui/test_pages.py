@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 from tests import factories
 from tests.ui.conftest import assert_accessible, assert_fits_the_width
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from sandboxes.models import Sandbox
 from tests import factories
 from tests.ui.conftest import assert_accessible, assert_fits_the_width
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def session_in(owner, **sandbox_fields):

@@ -10,7 +10,7 @@ from sandboxes.scheduling import services as scheduled
 from tests import factories
 from tests.ui.conftest import assert_accessible, assert_fits_the_width
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_search_rename_and_delete_from_the_session_list(ui, member):

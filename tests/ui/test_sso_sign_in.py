@@ -8,7 +8,7 @@ import pytest
 
 from tests.ui.conftest import QUOR, assert_accessible
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.mark.parametrize("viewport", ["desktop"])  # the phone's menu is another test's

@@ -9,7 +9,7 @@ from sandboxes.models import Session
 from sandboxes.sessions.events import session_events_append
 from tests import factories
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture(params=["desktop"])

@@ -12,7 +12,7 @@ from sandboxes.models import Session, TerminalOutput, TerminalRecording
 from sandboxes.terminal import services as terminal
 from tests import factories
 
-pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture(params=["desktop"])

@@ -8,7 +8,7 @@ from quor.models import ApiToken
 from tests import factories
 from tests.ui.conftest import QUOR, assert_accessible, assert_fits_the_width
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_a_new_token_is_shown_once_copied_and_revoked(ui, org):

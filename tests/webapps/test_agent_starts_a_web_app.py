@@ -8,6 +8,7 @@ from django.test import Client
 from quor.models import ModelProvider
 from sandboxes.models import Session
 from tests import factories
+from tests.environment import PORTS
 from tests.sandboxes.test_agent_session_e2e import collect_until
 from tests.sandboxes.test_event_stream import cookie_for
 from webapps.models import WebApp
@@ -46,7 +47,7 @@ def test_an_agent_starts_a_web_app_that_the_owner_opens(
     upstream_fakes,
 ):
     provider = factories.make_provider(
-        org, kind=ModelProvider.Kind.ANTHROPIC, base_url="https://model.test:18445",
+        org, kind=ModelProvider.Kind.ANTHROPIC, base_url=f"https://model.test:{PORTS.MODEL}",
         model_names=["scripted"],
     )  # fmt: skip
     upstream_fakes.model.script = SCRIPT

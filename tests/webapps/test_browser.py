@@ -17,9 +17,8 @@ from tests import factories
 from webapps import headers as header_rules
 from webapps import services as webapps
 
-pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = "/usr/bin/chromium"  # Debian's package (tools/provision); Playwright downloads none
 QUOR = settings.QUOR_PUBLIC_URL.rstrip("/")
 PREVIEW_SANDBOX = ["allow-scripts", "allow-forms", "allow-top-navigation-by-user-activation"]
 THIRD_PARTY_COOKIES = (
@@ -29,14 +28,14 @@ THIRD_PARTY_COOKIES = (
 
 
 @pytest.fixture
-def browser():
+def browser(chromium):
     """A fresh browser profile (context) in headless Chromium, with default settings."""
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
-        context = chromium.new_context()
+        launched = playwright.chromium.launch(executable_path=chromium, headless=True)
+        context = launched.new_context()
         context.set_default_timeout(20_000)
         yield context
-        chromium.close()
+        launched.close()
 
 
 def log_in(context, user):

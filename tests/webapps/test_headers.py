@@ -14,6 +14,7 @@ import pytest
 from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.wrappers import Request, Response
 
+from tests.environment import PORTS
 from tests.webapps.test_proxy_protocol import APP, VIEWER_ID, Stack, read_until_closed
 from webapps import headers as header_rules
 from webapps import proxy as proxy_module
@@ -246,7 +247,7 @@ KEPT = [
     ("Pragma", "no-cache"),
     ("User-Agent", "Mozilla/5.0"),
     ("Origin", "null"),
-    ("Referer", "http://wapp.localhost:18001/"),
+    ("Referer", f"http://wapp.localhost:{PORTS.WEBAPP_PROXY}/"),
     ("Sec-Fetch-Dest", "empty"),
     ("Sec-Fetch-Mode", "cors"),
     ("Sec-Fetch-Site", "same-origin"),
@@ -425,10 +426,11 @@ def assert_refused_before_the_app(stack, request: bytes) -> None:
 # Request targets that are not a path: aiohttp (as RFC 9112 3.2.2 asks) takes an
 # absolute-form target's host over the Host the proxy writes, and URL parsers (urlsplit,
 # yarl, a browser following a redirect) read `//host` and `/\host` as a host.
+APP_HOST = f"wapp.localhost:{PORTS.WEBAPP_PROXY}".encode()  # the app's host, as a browser sends it
 NOT_A_PATH = [
     pytest.param(b"GET http://evil.example/echo", id="absolute-form http"),
     pytest.param(b"GET https://evil.example/echo", id="absolute-form https"),
-    pytest.param(b"GET http://wapp.localhost:18001/echo", id="absolute-form naming the app"),
+    pytest.param(b"GET http://" + APP_HOST + b"/echo", id="absolute-form naming the app"),
     pytest.param(b"CONNECT evil.example:443", id="authority-form"),
     pytest.param(b"OPTIONS *", id="asterisk-form"),
     pytest.param(b"GET //evil.example/echo", id="scheme-relative //host"),
@@ -438,14 +440,14 @@ NOT_A_PATH = [
 PATHS = ["/echo", "/echo?q=1", "/echo?next=//evil.example/", "/echo?next=http://evil.example/"]
 
 BAD_HOSTS = [
-    pytest.param(b"Host: wapp.localhost:18001\r\nHost: evil.example\r\n", id="a second Host"),
-    pytest.param(b"Host: evil.example\r\nHost: wapp.localhost:18001\r\n", id="the app's second"),
-    pytest.param(b"Host: wapp.localhost:18001\r\n" * 2, id="the same Host twice"),
+    pytest.param(b"Host: " + APP_HOST + b"\r\nHost: evil.example\r\n", id="a second Host"),
+    pytest.param(b"Host: evil.example\r\nHost: " + APP_HOST + b"\r\n", id="the app's second"),
+    pytest.param((b"Host: " + APP_HOST + b"\r\n") * 2, id="the same Host twice"),
     pytest.param(b"", id="no Host"),
     pytest.param(b"Host: \r\n", id="an empty Host"),
-    pytest.param(b"Host: wapp.localhost:18001, evil.example\r\n", id="a list of hosts"),
-    pytest.param(b"Host: wapp.localhost:18001/echo\r\n", id="a host with a path"),
-    pytest.param(b"Host: evil.example@wapp.localhost:18001\r\n", id="a host with user info"),
+    pytest.param(b"Host: " + APP_HOST + b", evil.example\r\n", id="a list of hosts"),
+    pytest.param(b"Host: " + APP_HOST + b"/echo\r\n", id="a host with a path"),
+    pytest.param(b"Host: evil.example@" + APP_HOST + b"\r\n", id="a host with user info"),
 ]
 
 

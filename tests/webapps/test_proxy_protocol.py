@@ -17,6 +17,7 @@ import pytest
 import uvloop
 from aiohttp import web
 
+from tests.environment import PORTS
 from webapps import headers as header_rules
 from webapps import proxy as proxy_module
 from webapps import services
@@ -171,7 +172,7 @@ class Stack:
 
     def headers(self, label=APP, **extra) -> dict:
         return {
-            "Host": f"{label}.localhost:18001",
+            "Host": f"{label}.localhost:{PORTS.WEBAPP_PROXY}",
             "Cookie": f"{services.VIEWER_COOKIE}={services.viewer_cookie(VIEWER_ID, label)}",
             **extra,
         }
@@ -333,7 +334,12 @@ def test_a_malformed_request_gets_400_and_headers_too_large_get_431(stack):
 
 
 def test_any_host_but_an_apps_gets_a_plain_404(stack):
-    for host in ("localhost:18001", "127.0.0.1:18001", "quor.example", "a.b.localhost"):
+    for host in (
+        f"localhost:{PORTS.WEBAPP_PROXY}",
+        f"127.0.0.1:{PORTS.WEBAPP_PROXY}",
+        "quor.example",
+        "a.b.localhost",
+    ):
         connection = stack.connection()
         connection.request("GET", "/", headers={"Host": host})
         response = connection.getresponse()
@@ -342,7 +348,9 @@ def test_any_host_but_an_apps_gets_a_plain_404(stack):
 
 def test_an_apps_host_without_the_viewer_cookie_is_sent_to_log_in(stack):
     connection = stack.connection()
-    connection.request("GET", "/small?x=1", headers={"Host": "wapp.localhost:18001"})
+    connection.request(
+        "GET", "/small?x=1", headers={"Host": f"wapp.localhost:{PORTS.WEBAPP_PROXY}"}
+    )
     response = connection.getresponse()
     assert response.status == 302
     assert response.getheader("Location") == services.login_url(APP, "/small?x=1")

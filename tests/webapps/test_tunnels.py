@@ -31,6 +31,7 @@ from websockets.asyncio.server import serve as websocket_serve
 from quor import services as quor_services
 from tests.conftest import _start, _stop
 from tests.docker_helpers import wait_for_http, wait_for_port
+from tests.environment import PORTS, free_port
 from webapps import tunnels
 from webapps.models import Tunnel
 
@@ -40,12 +41,6 @@ ROOT = Path(__file__).resolve().parents[2]
 QUOR_CLI = ROOT / ".venv" / "bin" / "quor"
 MAX_BODY = 64 * 1024
 OPERATOR_TOKEN = "operator-token-for-the-tunnel-tests-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def until(condition, *, seconds: float, what: str):
@@ -291,7 +286,7 @@ def test_the_creator_gets_the_local_servers_answer_through_the_tunnels_url(
 ):
     client = open_tunnel(web, local_server.port, token_of(owner))
     assert client.url.startswith("http://t") and client.label.startswith("t")
-    assert len(client.label) == 33 and client.host.endswith(".localhost:18001")
+    assert len(client.label) == 33 and client.host.endswith(f".localhost:{PORTS.WEBAPP_PROXY}")
     cookie = cookie_for(proxy, owner, client)
 
     response = fetch(
@@ -317,7 +312,7 @@ def test_without_the_viewer_cookie_the_tunnel_sends_to_quors_login_and_nothing_r
     response = fetch(proxy, client.host, "/private")
 
     assert response.status == 302
-    assert response.getheader("Location").startswith("http://127.0.0.1:18000/webapps/t")
+    assert response.getheader("Location").startswith(f"http://127.0.0.1:{PORTS.WEB}/webapps/t")
     assert local_server.requests == []
 
 

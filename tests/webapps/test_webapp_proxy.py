@@ -15,6 +15,7 @@ from quor import services as quor_services
 from sandboxes.models import Session
 from sandboxes.runtime import services
 from tests import factories
+from tests.environment import PORTS
 from tests.webapps.conftest import PROXY, app_host, cookie_for, fetch
 from webapps import headers as header_rules
 from webapps import services as webapps
@@ -96,7 +97,7 @@ def test_an_anonymous_viewer_is_sent_to_log_in_and_back(webapp, owner):
     response = fetch(webapp, "/some/page?x=1")
     assert response.status == 302
     location = response.getheader("Location")
-    assert location.startswith("http://127.0.0.1:18000/webapps/")
+    assert location.startswith(f"http://127.0.0.1:{PORTS.WEB}/webapps/")
     assert "next=%2Fsome%2Fpage%3Fx%3D1" in location
     browser = Client()
     assert browser.get(urlsplit(location).path).status_code == 302  # to the login page

@@ -19,6 +19,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from kubernetes.stream import stream
 
+from tests import environment
 from tests.kubernetes_api import LABEL, FakeKubernetes
 
 pytestmark = pytest.mark.docker
@@ -44,7 +45,12 @@ def body_of(exc: ApiException) -> dict:
 @pytest.fixture(scope="module")
 def engine():
     client = docker.from_env()
-    name = f"quor-fake-k8s-{uuid.uuid4().hex[:8]}"
+    name = f"quor-fake-k8s-{environment.NAME}"  # this worker's: a killed run's goes first
+    for leftover in client.networks.list(names=[name], greedy=True):
+        if leftover.name == name:
+            for container in leftover.containers:
+                container.remove(force=True)
+            leftover.remove()
     network = client.networks.create(name, driver="bridge", internal=True)
     fake = FakeKubernetes(docker_network=name)
     fake.start()
