@@ -1,6 +1,10 @@
 # The two commands: `make dev` runs Quor, `make test` passes the tests. Both provision first.
 PYTHON := .venv/bin/python
 SHELL := /bin/bash
+# Python keeps its bytecode caches (some machines set PYTHONDONTWRITEBYTECODE): every process
+# `make test` starts would otherwise compile each module it imports, and pytest rewrite each
+# test module and plugin, again (about half of a test process's start).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: dev test test-quick coverage compose-test provision venv lint format migrate sandbox-image lock screenshots
 

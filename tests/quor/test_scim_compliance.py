@@ -1,13 +1,14 @@
 """An independent SCIM 2.0 compliance checker (scim2-tester, from PyPI) runs every check
-it has against Quor's /scim/v2/ over HTTP, as an identity provider's connector would."""
+it has against Quor's /scim/v2/ over HTTP, as an identity provider's connector would.
+
+scim2's packages are imported where they are used, not with the module: their models read
+the source of their docstrings as they are defined (pydantic's attribute docstrings), about
+5 s of every test process's collection otherwise."""
 
 import uuid
 
 import httpx2
 import pytest
-import scim2_tester.filling
-from scim2_client.engines.httpx2 import SyncSCIMClient
-from scim2_tester import Status, check_server
 
 from quor import service_accounts
 
@@ -27,6 +28,8 @@ def scim_token(org):
 def user_names_are_email_addresses(monkeypatch):
     """The checker makes up a UUID for an attribute it knows no example of; Quor's
     userName is an email address (quor/scim.py), so the checker is given fresh ones."""
+    import scim2_tester.filling
+
     made_up = scim2_tester.filling.get_random_example_value
 
     def example(path):
@@ -40,6 +43,9 @@ def user_names_are_email_addresses(monkeypatch):
 def test_the_scim_compliance_checker_finds_nothing_wrong(
     quor_web, scim_token, user_names_are_email_addresses
 ):
+    from scim2_client.engines.httpx2 import SyncSCIMClient
+    from scim2_tester import Status, check_server
+
     http = httpx2.Client(
         base_url=f"{quor_web}/scim/v2", headers={"Authorization": f"Bearer {scim_token}"}
     )
