@@ -298,21 +298,22 @@ class EgressProxyProcess:
     def start(self):
         import subprocess
         import sys
+        import time
 
-        from tests.docker_helpers import wait_for_port
+        from tests.docker_helpers import wait_for_egress_proxy
 
-        with open(RUN_DIR / "egress-proxy.log", "ab") as log:
+        started = time.time()
+        log = RUN_DIR / "egress-proxy.log"
+        with open(log, "ab") as output:
             self.process = subprocess.Popen(
                 [sys.executable, "manage.py", "run_egress_proxy", "--acceptors", "1"],
-                env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                env=self.env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         try:
-            wait_for_port(*self.address)
+            wait_for_egress_proxy(self.process, "{}:{}".format(*self.address), started, log)
         except RuntimeError:
             self.stop()
-            raise RuntimeError(
-                f"the egress proxy did not start: see {RUN_DIR / 'egress-proxy.log'}"
-            ) from None
+            raise
 
     def crash(self):
         import os

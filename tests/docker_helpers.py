@@ -43,6 +43,24 @@ def wait_for_port(host: str, port: int, timeout: float = 30, log: Path | None = 
     raise RuntimeError(f"nothing listens on {host}:{port}\n{output}")
 
 
+def wait_for_egress_proxy(process, listen: str, since: float, log: Path, timeout: float = 60):
+    """Returns once the egress proxy `process`, listening at `listen` (host:port), said it is
+    ready after `since` (a time.time(); egress/readiness.py). Not a connection to its port:
+    its host is the host's address on the sandboxes' bridge, which exists only once the
+    proxy has made the bridge, and until then the machine's default route takes the
+    connection elsewhere (here, to a gateway that accepts connections to any address)."""
+    from egress import readiness
+
+    deadline = time.monotonic() + timeout
+    while True:
+        report = readiness.readiness()
+        if report and report["listen"] == listen and report["at"] >= since:
+            return
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the egress proxy at {listen} is not ready\n{log.read_text()}")
+        time.sleep(0.1)
+
+
 def remove_test_runtimes() -> None:
     backend = DockerBackend()
     for instance in backend.list_instances():

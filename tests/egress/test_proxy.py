@@ -118,24 +118,27 @@ def test_an_ordinary_request_is_forwarded_without_the_proxy_credentials(
     assert "via" not in {name.lower() for name in received["headers"]}
 
 
+# {app}: the fake App's port, {gateway}: the host on the sandboxes' bridge (test ids are
+# the same in every test process).
 @pytest.mark.parametrize(
     "url",
     [
-        f"http://private.test:{PORTS.APP}/",
+        "http://private.test:{app}/",
         "http://metadata.test/",
         "http://mixed.test/",
-        f"http://127.1:{PORTS.APP}/",
-        f"http://0x7f000001:{PORTS.APP}/",
-        f"http://2130706433:{PORTS.APP}/",
-        f"http://0177.0.0.1:{PORTS.APP}/",
-        f"http://[::1]:{PORTS.APP}/",
-        f"http://[::ffff:127.0.0.1]:{PORTS.APP}/",
+        "http://127.1:{app}/",
+        "http://0x7f000001:{app}/",
+        "http://2130706433:{app}/",
+        "http://0177.0.0.1:{app}/",
+        "http://[::1]:{app}/",
+        "http://[::ffff:127.0.0.1]:{app}/",
         "http://169.254.169.254/latest/meta-data/",
-        f"http://{sandbox_network_gateway()}:5432/",  # the host on the sandboxes' bridge
+        "http://{gateway}:5432/",
         "http://nonexistent.test/",
     ],
 )
 def test_internal_destinations_are_blocked_whatever_the_spelling(sandbox, owner, url):
+    url = url.format(app=PORTS.APP, gateway=sandbox_network_gateway())
     [result] = through_proxy(owner, [{"url": url}])
     assert result["status"] == 403, result
     assert error_code(result) in ("egress.private_destination", "egress.dns_failure")
@@ -486,7 +489,7 @@ def test_the_proxy_logs_never_contain_a_credential(sandbox, owner, upstream_fake
         ],
     )
     assert upstream_fakes.provider.requests[-1]["headers"]["x-api-key"] == PROVIDER_KEY
-    log = RUN_DIR / "egress-proxy.log".read_text()
+    log = (RUN_DIR / "egress-proxy.log").read_text()
     assert PROVIDER_KEY not in log
     sandbox.refresh_from_db()
     assert sandbox.proxy_token not in log

@@ -6,6 +6,7 @@ app proxy. Then what the services record, read in this process."""
 import http.client
 import socket
 import sys
+import time
 import uuid
 from datetime import timedelta
 
@@ -20,7 +21,7 @@ from quor.lib import metrics
 from sandboxes.models import Sandbox, Session
 from sandboxes.sessions.services import session_events_report, sessions_fail_lost_turns
 from tests import factories
-from tests.docker_helpers import host_ipv4_addresses, wait_for_port
+from tests.docker_helpers import host_ipv4_addresses, wait_for_egress_proxy, wait_for_port
 from tests.environment import free_port
 from tests.quor.running import (
     Processes,
@@ -142,6 +143,7 @@ def test_the_egress_proxy_counts_a_decision_made_in_an_acceptor_process(processe
     from sandboxes.backends.docker import DockerBackend
 
     host, port, metrics_port = DockerBackend().egress_proxy_address(), free_port(), free_port()
+    started = time.time()
     log = processes.start(
         "egress-proxy",
         [sys.executable, "manage.py", "run_egress_proxy", "--acceptors", "2"],
@@ -149,7 +151,7 @@ def test_the_egress_proxy_counts_a_decision_made_in_an_acceptor_process(processe
         QUOR_METRICS_PORT=str(metrics_port),
         QUOR_EXTRA_CA_BUNDLE="",
     )
-    wait_for_port(host, port, log=log)
+    wait_for_egress_proxy(processes.started[-1], f"{host}:{port}", started, log)
 
     with socket.create_connection((host, port), timeout=30) as client:
         client.sendall(b"GET http://example.test/ HTTP/1.1\r\nHost: example.test\r\n\r\n")

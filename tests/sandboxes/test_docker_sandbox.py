@@ -7,6 +7,7 @@ import tarfile
 import threading
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.db import connection
@@ -36,7 +37,7 @@ def test_ensure_starts_one_labelled_container_and_records_it(running_sandbox, do
     assert running_sandbox.image_ref == container.attrs["Image"]
     assert running_sandbox.image_ref.startswith("sha256:")
     assert container.labels["org.quor.sandbox-id"] == str(running_sandbox.pk)
-    assert container.labels["org.quor.deployment"] == "test"
+    assert container.labels["org.quor.deployment"] == settings.QUOR_DEPLOYMENT
 
 
 def test_the_container_is_hardened(running_sandbox, docker_client):

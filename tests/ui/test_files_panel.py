@@ -230,10 +230,10 @@ def check_a_wake_from_the_page(ui, owner, session):
     expect(page.locator("#sandbox-state-label")).to_have_text("Sandbox: running")
 
 
-def test_the_files_panel_is_a_file_browser_at_both_widths(owner, session):
+def test_the_files_panel_is_a_file_browser_at_both_widths(owner, session, chromium):
     with sync_playwright() as playwright:
         for viewport in VIEWPORTS:
-            ui = BrowserPages(playwright, viewport)
+            ui = BrowserPages(playwright, chromium, viewport)
             try:
                 page = check_the_panel(ui, owner, session)
                 if viewport == list(VIEWPORTS)[-1]:  # last: it deletes a file, sleeps
