@@ -440,8 +440,8 @@ class DockerBackend(SandboxBackend):
         """Starts commands with `docker exec`."""
 
         def start(argv, *, cwd, env, stdin) -> Execution:
-            exec_id, sock = self._start_exec(container_id, argv, cwd, env, stdin)
-            return _DockerExecution(self, exec_id, sock)
+            exec_id, hijacked = self._start_exec(container_id, argv, cwd, env, stdin)
+            return _DockerExecution(self, exec_id, hijacked)
 
         return start
 
@@ -464,7 +464,7 @@ class DockerBackend(SandboxBackend):
             if exc.status_code == 409:  # exists but is not running
                 raise RuntimeMissing(f"container {container_id} is not running") from None
             raise BackendError(f"Docker refused the command: {exc}") from exc
-        return exec_id, response_socket._sock
+        return exec_id, response_socket
 
     def _exit_code(self, exec_id: str) -> int:
         for _ in range(100):
@@ -486,15 +486,15 @@ class DockerBackend(SandboxBackend):
                 name, argv, stdin=True, stdout=True, stderr=True, tty=True, user=USER,
                 workdir=cwd, environment=env,
             )["Id"]  # fmt: skip
-            sock = self.api.exec_start(exec_id, socket=True, tty=True)._sock
+            hijacked = self.api.exec_start(exec_id, socket=True, tty=True)
         except NotFound:
             raise RuntimeMissing(f"no container for sandbox {sandbox_id}") from None
         except APIError as exc:
             if exc.status_code == 409:
                 raise RuntimeMissing(f"the sandbox {sandbox_id} is not running") from None
             raise BackendError(f"Docker refused the terminal: {exc}") from exc
-        sock.settimeout(None)  # a terminal is quiet for as long as its user likes
-        terminal = _DockerTerminal(self, exec_id, sock)
+        terminal = _DockerTerminal(self, exec_id, hijacked)
+        terminal.sock.settimeout(None)  # a terminal is quiet for as long as its user likes
         terminal.resize(cols, rows)
         return terminal
 
@@ -526,12 +526,28 @@ class DockerBackend(SandboxBackend):
         transfer.receive_workspace(self._starter(sandbox_id), address, tar_stream)
 
 
-class _DockerExecution:
+class _Hijacked:
+    """The socket exec_start hijacked, and docker-py's file object around it, kept as long
+    as the socket is used: that object holds the HTTP response the socket belongs to, and
+    once both are garbage, the connection closes the socket under whoever still reads it
+    (EBADF, at whatever moment the collector runs)."""
+
+    def __init__(self, hijacked):
+        self._hijacked = hijacked
+        self.sock: socket.socket = hijacked._sock
+
+    def close(self) -> None:
+        self.sock.close()
+        self._hijacked.close()
+
+
+class _DockerExecution(_Hijacked):
     """A command started by exec_start: stdin and output on the socket Docker hijacked
     (output in Docker's frames), the exit code from exec_inspect."""
 
-    def __init__(self, backend: DockerBackend, exec_id: str, sock: socket.socket):
-        self.backend, self.exec_id, self.sock = backend, exec_id, sock
+    def __init__(self, backend: DockerBackend, exec_id: str, hijacked):
+        super().__init__(hijacked)
+        self.backend, self.exec_id = backend, exec_id
 
     def send_stdin(self, chunks: Iterable[bytes]) -> None:
         send_then_shut(self.sock, chunks)
@@ -540,18 +556,16 @@ class _DockerExecution:
         self.sock.settimeout(read_timeout)
         return read_frames(self.sock)
 
-    def close(self) -> None:
-        self.sock.close()
-
     def exit_code(self) -> int:
         return self.backend._exit_code(self.exec_id)
 
 
-class _DockerTerminal(Terminal):
+class _DockerTerminal(_Hijacked, Terminal):
     """A `docker exec` with a TTY: the PTY's bytes both ways on the hijacked socket."""
 
-    def __init__(self, backend: DockerBackend, exec_id: str, sock: socket.socket):
-        self.backend, self.exec_id, self.sock = backend, exec_id, sock
+    def __init__(self, backend: DockerBackend, exec_id: str, hijacked):
+        super().__init__(hijacked)
+        self.backend, self.exec_id = backend, exec_id
 
     def read(self) -> bytes:
         try:
@@ -570,7 +584,7 @@ class _DockerTerminal(Terminal):
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
-        self.sock.close()
+        super().close()
 
     def exit_code(self) -> int | None:
         """Asked for a moment: Docker sees the command end shortly after its socket."""

@@ -15,7 +15,7 @@ import pytest
 
 from quor.celery import app
 from quor.lib import logs
-from tests.docker_helpers import wait_for_port
+from tests.docker_helpers import wait_for_http, wait_for_port
 from tests.environment import free_port
 from tests.quor.running import (
     Processes,
@@ -87,7 +87,8 @@ def test_the_web_process_writes_json_lines_with_the_request_id_and_without_query
 ):
     port = free_port()
     log = processes.start("web", web(port), QUOR_LOG_FORMAT="json", QUOR_LOG_LEVEL="INFO")
-    wait_for_port("127.0.0.1", port, log=log)
+    # Its parent listens before its daphne processes have loaded Django: one must answer.
+    wait_for_http(f"http://127.0.0.1:{port}/healthz")
 
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     connection.request(

@@ -21,7 +21,12 @@ from quor.lib import metrics
 from sandboxes.models import Sandbox, Session
 from sandboxes.sessions.services import session_events_report, sessions_fail_lost_turns
 from tests import factories
-from tests.docker_helpers import host_ipv4_addresses, wait_for_egress_proxy, wait_for_port
+from tests.docker_helpers import (
+    host_ipv4_addresses,
+    wait_for_egress_proxy,
+    wait_for_http,
+    wait_for_port,
+)
 from tests.environment import free_port
 from tests.quor.running import (
     Processes,
@@ -62,8 +67,9 @@ def test_the_web_tier_counts_api_errors_of_all_its_processes_and_serves_gauges_f
         summary="Forge: issues.create", expires_at=timezone.now() + timedelta(minutes=5),
     )  # fmt: skip
     web_port, metrics_port = free_port(), free_port()
-    log = processes.start("web", web(web_port), QUOR_METRICS_PORT=str(metrics_port))
-    wait_for_port("127.0.0.1", web_port, log=log)
+    processes.start("web", web(web_port), QUOR_METRICS_PORT=str(metrics_port))
+    # Its parent listens before its daphne processes have loaded Django: one must answer.
+    wait_for_http(f"http://127.0.0.1:{web_port}/healthz")
 
     for _ in range(2):
         connection = http.client.HTTPConnection("127.0.0.1", web_port, timeout=10)

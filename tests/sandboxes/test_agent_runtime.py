@@ -817,3 +817,32 @@ def test_sigterm_while_a_web_app_starts_stops_it_too(quor, model, session_dir):
         return state == "Z"
 
     wait_for(gone)
+
+
+def test_a_sigterm_between_a_commands_start_and_its_record_still_kills_it(monkeypatch, tmp_path):
+    """A cancel's SIGTERM that comes after the command started but before its process
+    group was recorded (a busy machine makes that window long) still kills it: the
+    handler waits for the record instead of leaving the command running after the turn."""
+    import importlib.util
+    import types
+
+    monkeypatch.syspath_prepend(str(AGENT.parent))  # agent.py imports quor_search
+    spec = importlib.util.spec_from_file_location("agent_runtime_under_test", AGENT)
+    agent = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agent)
+    exits = []
+
+    def start_then_sigterm(*args, **kwargs):
+        process = subprocess.Popen(*args, **kwargs)
+        agent.on_sigterm(signal.SIGTERM, None)  # where the signal's handler would run
+        return process
+
+    monkeypatch.setattr(agent, "os", types.SimpleNamespace(killpg=os.killpg, _exit=exits.append))
+    monkeypatch.setattr(
+        agent, "subprocess", types.SimpleNamespace(
+            Popen=start_then_sigterm, DEVNULL=subprocess.DEVNULL, STDOUT=subprocess.STDOUT
+        ),
+    )  # fmt: skip
+    process = agent.start_in_group(types.SimpleNamespace(directory=tmp_path), "sleep 60", None)
+    assert exits == [agent.EXIT_TERMINATED]
+    assert process.wait(timeout=10) == -signal.SIGKILL

@@ -1,6 +1,7 @@
 """The Docker backend against the real Docker Engine: lifecycle, hardening, exec."""
 
 import contextlib
+import gc
 import io
 import socket
 import tarfile
@@ -17,7 +18,7 @@ from quor.checks import check_docker_host_users
 from sandboxes.backends import docker as docker_backend
 from sandboxes.backends.base import BackendError
 from sandboxes.backends.docker import DockerBackend
-from sandboxes.backends.execution import read_frames
+from sandboxes.backends.execution import STDOUT, read_frames
 from sandboxes.models import Sandbox
 from sandboxes.runtime import services
 from tests import environment
@@ -319,3 +320,23 @@ def test_an_engine_that_keeps_the_hosts_user_ids_gets_no_sandbox(
     assert backend.list_instances() == [] and backend.list_workspaces() == []
     with pytest.raises(SystemCheckError, match=r"quor\.E010.*userns-remap"):
         call_command("check")
+
+
+def test_a_docker_exec_socket_outlives_the_backend_that_started_it(running_sandbox):
+    """docker-py's file object around the socket `docker exec` hijacks holds the HTTP
+    response the socket belongs to. Dropped while the socket was still read, that response
+    was collected with the backend (when the collector ran) and its connection closed the
+    socket: a wake's transfer failed with EBADF now and then."""
+
+    def start(number):
+        backend = DockerBackend()  # one per operation, as Quor makes them
+        return backend._runtime_starter(backend.container_name(running_sandbox.backend_sandbox_id))(
+            ["sh", "-c", f"sleep 1; echo {number}"], cwd="/", env={}, stdin=False
+        )
+
+    executions = [start(number) for number in range(8)]
+    gc.collect()
+    for number, execution in enumerate(executions):
+        output = b"".join(data for stream, data in execution.output(10) if stream == STDOUT)
+        execution.close()
+        assert output == f"{number}\n".encode()

@@ -318,6 +318,8 @@ class Capture:
 
 
 _running_groups = set()  # process groups of running commands, killed on SIGTERM
+_starting = False  # a command is being started: a SIGTERM waits until its group is known
+_sigterm_pending = False
 
 
 def kill_group(pgid):
@@ -325,19 +327,34 @@ def kill_group(pgid):
         os.killpg(pgid, signal.SIGKILL)
 
 
+def start_in_group(ctx, command, stdout):
+    """`command` in bash, in a process group of its own that SIGTERM kills. A SIGTERM that
+    comes while it starts is handled once its group is known: between the start and the
+    group's record, the command would otherwise outlive the turn it was cancelled with."""
+    global _starting
+    _starting = True
+    try:
+        process = subprocess.Popen(  # noqa: S603  (running the model's commands is the point)
+            ["bash", "-lc", command],  # noqa: S607  (the image's bash, found on PATH)
+            cwd=ctx.directory,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, killed as a whole
+        )
+        _running_groups.add(process.pid)
+    finally:
+        _starting = False
+        if _sigterm_pending:
+            on_sigterm(signal.SIGTERM, None)
+    return process
+
+
 def run_command(ctx, args):
     limit = ctx.config.output_limit - EXIT_LINE_ROOM
     timeout = min(args.get("timeout") or ctx.config.command_timeout, ctx.config.command_timeout)
     timeout = max(1, timeout)
-    process = subprocess.Popen(  # noqa: S603  (running the model's commands is the point)
-        ["bash", "-lc", args["command"]],  # noqa: S607  (the image's bash, found on PATH)
-        cwd=ctx.directory,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group, killed as a whole
-    )
-    _running_groups.add(process.pid)
+    process = start_in_group(ctx, args["command"], subprocess.PIPE)
     output = Capture(limit)
     deadline = time.monotonic() + timeout
     stop_reading_at = None  # set once the command ended: then read what is left, briefly
@@ -555,15 +572,8 @@ def start_web_app(ctx, args):
     log_path = ctx.directory / log_name
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(  # noqa: S603  (running the model's commands is the point)
-            ["bash", "-lc", command],  # noqa: S607
-            cwd=ctx.directory,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # outlives the turn once it is registered
-        )
-    _running_groups.add(process.pid)  # until then, SIGTERM (cancel) stops it too
+        # Outlives the turn once it is registered; until then, SIGTERM (cancel) stops it too.
+        process = start_in_group(ctx, command, log)
     try:
         return _wait_and_register(ctx, process, port, command, log_name)
     finally:
@@ -1183,6 +1193,10 @@ def run_turn(config, events, conversation, directory, session_id=""):
 
 
 def on_sigterm(signum, frame):
+    global _sigterm_pending
+    if _starting:  # start_in_group handles it as soon as the new group is recorded
+        _sigterm_pending = True
+        return
     for pgid in list(_running_groups):
         kill_group(pgid)
     os._exit(EXIT_TERMINATED)  # nothing half-written: files are replaced atomically
