@@ -50,7 +50,6 @@ ENTERPRISE_USER = "urn:ietf:params:scim:schemas:extension:enterprise:2.0:User"
 NUMBER = re.compile(r"[0-9]{1,18}")
 GROUP_ATTRIBUTES = ("displayName", "members")
 MAX_RESULTS = 200
-SCIM_CONTENT_TYPE = "application/scim+json"
 
 
 SCIM_TYPES = {

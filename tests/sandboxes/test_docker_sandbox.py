@@ -18,7 +18,7 @@ from quor.checks import check_docker_host_users
 from sandboxes.backends import docker as docker_backend
 from sandboxes.backends.base import BackendError
 from sandboxes.backends.docker import DockerBackend
-from sandboxes.backends.execution import STDOUT, read_frames
+from sandboxes.backends.execution import STDOUT
 from sandboxes.models import Sandbox
 from sandboxes.runtime import services
 from tests import environment
@@ -238,12 +238,11 @@ def connect_with_a_wrong_token(sandbox, script, *args, sending=b""):
     backend = DockerBackend()
     container = backend._container(str(sandbox.pk))
     argv = ["python3", "-c", script, "a" * 32, *args]
-    exec_id, sock = backend._start_exec(container.id, argv, "/workspace", {}, False)
+    execution = backend._runtime_starter(container.id)(argv, cwd="/workspace", env={}, stdin=False)
     output = {1: bytearray(), 2: bytearray()}
     received = bytearray()
     try:
-        sock.settimeout(30)
-        frames = read_frames(sock)
+        frames = execution.output(30)
         port = int(docker_backend._first_line(frames, output))
         address = backend.status(str(sandbox.pk)).network_address
         with socket.create_connection((address, port), timeout=10) as intruder:
@@ -254,8 +253,8 @@ def connect_with_a_wrong_token(sandbox, script, *args, sending=b""):
         for stream_id, data in frames:
             output[stream_id].extend(data)
     finally:
-        sock.close()
-    return bytes(received), backend._exit_code(exec_id), bytes(output[2])
+        execution.close()
+    return bytes(received), execution.exit_code(), bytes(output[2])
 
 
 def test_the_unpack_receiver_takes_no_connection_without_its_token(running_sandbox, owner):
