@@ -29,7 +29,7 @@ dev: provision
 # a service every process uses, alone. Each process has its own database, Redis database,
 # ports and Docker objects (tests/environment.py).
 TEST_WORKERS ?= 4
-PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 define both_passes
 	@status=0; \
 	$(PYTHON) -m pytest $(PARALLEL) -m "not serial" $(1) || status=$$?; \

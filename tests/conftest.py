@@ -9,6 +9,29 @@ from tests.environment import PORTS, RUN_DIR, free_port
 pytest_plugins = ["tests.hang_watchdog", "tests.oidc_provider"]
 
 
+def pytest_collection_modifyitems(items):
+    """The longest files first: xdist hands each worker a whole file at a time, in this
+    order, so a long one left for the end would keep one worker busy while the others
+    are done. Longest is guessed from the marks: `slow`, then browser tests, then Docker
+    tests, then the rest; files with more tests first within each."""
+
+    def rank(item):
+        return next(
+            (
+                i
+                for i, mark in enumerate(("slow", "browser", "docker"))
+                if item.get_closest_marker(mark)
+            ),
+            3,
+        )
+
+    files = {}
+    for item in items:
+        files.setdefault(item.path, []).append(item)
+    ordered = sorted(files.values(), key=lambda tests: (min(map(rank, tests)), -len(tests)))
+    items[:] = [item for tests in ordered for item in tests]
+
+
 @pytest.fixture
 def org(db):
     return factories.make_org(name="Acme", slug="acme")

@@ -62,8 +62,10 @@ class Upstream:
                 self.handshakes.put(exc)
 
     def close(self):
+        self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() the thread waits in
         self.listener.close()
         self.thread.join(10)
+        assert not self.thread.is_alive()
 
 
 @pytest.fixture(params=[ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3], ids=["tls1.2", "tls1.3"])

@@ -149,6 +149,7 @@ def memory_sandboxes(settings):
     MemoryBackend.reset()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("in_process_transport", "memory_sandboxes")
 def test_the_api_answers_what_its_schema_documents(settings):
