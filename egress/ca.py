@@ -117,7 +117,10 @@ def write_upstream_trust(files: CaFiles, extra_bundle: str) -> Path:
     parts = [Path(SYSTEM_TRUST_BUNDLE).read_text()]
     if extra_bundle and Path(extra_bundle).resolve() != Path(SYSTEM_TRUST_BUNDLE).resolve():
         parts.append(Path(extra_bundle).read_text())
-    files.upstream_trust.write_text("\n".join(parts))
+    # Whole or not at all: a proxy still running reads it as it starts a TLS context.
+    partial = files.upstream_trust.with_name(files.upstream_trust.name + f".{os.getpid()}")
+    partial.write_text("\n".join(parts))
+    os.replace(partial, files.upstream_trust)
     return files.upstream_trust
 
 

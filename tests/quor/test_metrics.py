@@ -143,7 +143,7 @@ def test_metrics_bind_only_the_configured_address(processes, tmp_path):
 
 @pytest.mark.docker
 @pytest.mark.django_db(transaction=True)
-def test_the_egress_proxy_counts_a_decision_made_in_an_acceptor_process(processes):
+def test_the_egress_proxy_counts_a_decision_made_in_an_acceptor_process(processes, tmp_path):
     """A connection from the host's own address on the sandbox bridge: no sandbox has
     it, so an acceptor process refuses it, and the proxy's main process counts it."""
     from sandboxes.backends.docker import DockerBackend
@@ -156,6 +156,9 @@ def test_the_egress_proxy_counts_a_decision_made_in_an_acceptor_process(processe
         QUOR_EGRESS_PROXY_PORT=str(port),
         QUOR_METRICS_PORT=str(metrics_port),
         QUOR_EXTRA_CA_BUNDLE="",
+        # A CA directory of its own: the upstream trust it writes there (without the
+        # tests' upstream CA) must not replace the one the session's proxy reads.
+        QUOR_EGRESS_CA_DIR=str(tmp_path / "egress-ca"),
     )
     wait_for_egress_proxy(processes.started[-1], f"{host}:{port}", started, log)
 
