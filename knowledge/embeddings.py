@@ -9,7 +9,12 @@ onnxruntime; its SHA-256 is checked before loading because the package comes fro
 small vendor and is marked Alpha. The tokenizer is `embedding_model/tokenizer.json`
 (see its README.md). Nothing here downloads: the tokenizer is read with
 `Tokenizer.from_file`, never from a hub. No Django import, so this loads in any process.
+numpy, onnxruntime and tokenizers are imported by the embedder when it is made: every
+process loads this module with Quor's URLs, and most never embed anything (0.1 s of CPU
+at each start).
 """
+
+from __future__ import annotations
 
 import hashlib
 import importlib.resources
@@ -17,11 +22,10 @@ import threading
 from collections.abc import Sequence
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import numpy
-import onnxruntime
-from tokenizers import Tokenizer
+if TYPE_CHECKING:
+    import numpy
 
 MODEL_NAME = "all-MiniLM-L6-v2-int8"
 DIMENSIONS = 384
@@ -93,6 +97,9 @@ class MiniLMEmbedder:
     dimensions = DIMENSIONS
 
     def __init__(self, model_bytes: bytes, tokenizer_path: Path):
+        import onnxruntime
+        from tokenizers import Tokenizer
+
         self.tokenizer = Tokenizer.from_file(str(tokenizer_path))
         # The file's own settings are 128 word pieces, padded to a fixed 128.
         self.tokenizer.enable_truncation(max_length=MAX_WORD_PIECES)
@@ -114,6 +121,8 @@ class MiniLMEmbedder:
             )
 
     def embed_passages(self, texts: Sequence[str]) -> numpy.ndarray:
+        import numpy
+
         if isinstance(texts, str):
             raise TypeError("embed_passages takes a sequence of texts, not one text")
         batches = [
@@ -128,6 +137,8 @@ class MiniLMEmbedder:
         return self._embed_batch([text], first_index=0)[0]
 
     def _embed_batch(self, texts: Sequence[str], first_index: int) -> numpy.ndarray:
+        import numpy
+
         encodings = self.tokenizer.encode_batch(list(texts))
         for offset, encoding in enumerate(encodings):
             if all(encoding.special_tokens_mask):

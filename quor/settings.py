@@ -49,7 +49,6 @@ REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")
 QUOR_DEPLOYMENT = env("QUOR_DEPLOYMENT", "dev")
 
 INSTALLED_APPS = [
-    "daphne",
     "quor.apps.QuorAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
