@@ -44,11 +44,12 @@ test: provision
 coverage: provision
 	$(call both_passes,--cov --cov-report=,--cov --cov-append --cov-report=term:skip-covered)
 
-# The quick loop: every test that needs neither Docker nor a browser, in parallel. Docker is
-# out of its reach, so a test that needs it without its `docker` mark fails here.
+# The quick loop: every test that runs in the test process alone (no Docker, no browser, no
+# process of its own; not the `slow` one), in parallel. Docker is out of its reach, so a
+# test that needs it without its `docker` mark fails here.
+QUICK := not docker and not browser and not processes and not slow and not serial
 test-quick: provision
-	DOCKER_HOST=unix:///nonexistent/docker.sock \
-		$(PYTHON) -m pytest $(PARALLEL) -m "not docker and not browser and not serial"
+	DOCKER_HOST=unix:///nonexistent/docker.sock $(PYTHON) -m pytest $(PARALLEL) -m "$(QUICK)"
 
 # The pictures of the main pages in docs/screenshots: the browser tests (tests/ui), which
 # write them when QUOR_SCREENSHOTS_DIR is set.

@@ -9,11 +9,21 @@ from tests.environment import PORTS, RUN_DIR, free_port
 pytest_plugins = ["tests.hang_watchdog", "tests.oidc_provider"]
 
 
+# What a test needs that starts a process of its own: Quor's (web tier, worker, proxies,
+# commands, all given `process_env`), the identity provider (Node) or the S3 server.
+PROCESS_FIXTURES = {"process_env", "openid_provider", "s3_server"}
+
+
 def pytest_collection_modifyitems(items):
-    """The longest files first: xdist hands each worker a whole file at a time, in this
-    order, so a long one left for the end would keep one worker busy while the others
-    are done. Longest is guessed from the marks: `slow`, then browser tests, then Docker
-    tests, then the rest; files with more tests first within each."""
+    """Tests that start processes get the `processes` mark, from the fixtures they use.
+
+    Then the longest files go first: xdist hands each worker a whole file at a time, in
+    this order, so a long one left for the end would keep one worker busy while the
+    others are done. Longest is guessed from the marks: `slow`, then browser tests, then
+    Docker tests, then the rest; files with more tests first within each."""
+    for item in items:
+        if PROCESS_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.processes)
 
     def rank(item):
         return next(

@@ -3,7 +3,7 @@ from dataclasses import dataclass
 import pytest
 from django.contrib.auth.models import Group
 
-from knowledge import extraction, services
+from knowledge import embeddings, extraction, services
 from knowledge.principals import principal
 from quor.models import Membership
 from tests import factories
@@ -36,16 +36,43 @@ class World:
     documents: dict
 
 
+class RememberingEmbedder:
+    """The process's embedder, which embeds each list of passages once: every world
+    embeds the same seven documents."""
+
+    def __init__(self, embedder, memory: dict):
+        self.embedder, self.memory = embedder, memory
+        self.name, self.dimensions = embedder.name, embedder.dimensions
+
+    def embed_passages(self, texts):
+        key = tuple(texts)
+        if key not in self.memory:
+            self.memory[key] = self.embedder.embed_passages(texts)
+        return self.memory[key].copy()
+
+    def embed_query(self, text):
+        return self.embedder.embed_query(text)
+
+
+@pytest.fixture(scope="session")
+def embedded():
+    """The world's passages and their vectors, for the whole run."""
+    return {}
+
+
 @pytest.fixture
-def world(db, monkeypatch):
+def world(db, monkeypatch, embedded):
     """The documents are read in this process (about a second less per test); the
-    child process that reads uploads is tested in test_extraction.py and test_api.py."""
+    child process that reads uploads is tested in test_extraction.py and test_api.py.
+    Their passages are embedded once for the run (RememberingEmbedder)."""
     with monkeypatch.context() as inline:
         inline.setattr(
             extraction,
             "extract_text_isolated",
             lambda data, content_type, timeout: extraction.extract_text(data, content_type),
         )
+        remembering = RememberingEmbedder(embeddings.get_embedder(), embedded)
+        inline.setattr(embeddings, "get_embedder", lambda: remembering)
         return _make_world()
 
 

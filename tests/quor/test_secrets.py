@@ -56,6 +56,7 @@ def _read_key_in_subprocess(provider_id, **env_changes):
     )
 
 
+@pytest.mark.processes
 @pytest.mark.django_db(transaction=True)
 def test_rotating_secret_key_keeps_credentials_readable_but_a_new_encryption_key_does_not(org):
     provider = factories.make_provider(org, api_key=SECRET)

@@ -18,6 +18,8 @@ from sandboxes.api.authentication import SandboxCredentialAuthentication
 from sandboxes.models import Sandbox, Session, hash_token
 from tests import factories
 
+pytestmark = pytest.mark.processes  # `manage.py` in processes of their own, started here
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
