@@ -19,6 +19,14 @@ import threading
 from tests import environment
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's package (tools/provision); Playwright downloads none
+# Without these, Chromium keeps calling home, which this machine's closed network refuses.
+QUIET = [
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 NAMESPACE = f"quor-test-{environment.NAME}"
 CLONE_NEWNET = 0x40000000
 

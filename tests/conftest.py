@@ -416,6 +416,24 @@ def chromium():
     network.stop()
 
 
+@pytest.fixture(scope="module")
+def headless_chromium(chromium):
+    """One headless Chromium for a test file, in which each test opens a profile (context)
+    of its own: starting Chromium and Playwright's driver cost about 1 CPU-s a test.
+    Playwright's sync API runs an event loop in this thread while it lives, and Django
+    refuses database calls beside a running loop: they are allowed until the file's last
+    test ends, and the loop with it (later files see none)."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.browser import QUIET
+
+    with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=QUIET)
+        yield browser
+        browser.close()
+
+
 @pytest.fixture
 def clean_runtimes():
     """Removes every container and volume of the test deployment after the test."""

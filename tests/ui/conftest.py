@@ -14,21 +14,12 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.test import Client
-from playwright.sync_api import sync_playwright
 
 from tests import factories
 
 QUOR = settings.QUOR_PUBLIC_URL.rstrip("/")
 AXE = Path(__file__).resolve().parents[2] / "node_modules/axe-core/axe.min.js"
 VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
-# Without these, Chromium keeps calling home, which this machine's closed network refuses.
-QUIET = [
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
 
 
 @pytest.fixture
@@ -48,12 +39,9 @@ def viewport(request):
 class BrowserPages:
     """Pages of one browser profile at one width, logged in as a given user."""
 
-    def __init__(self, playwright, chromium, viewport_name):
+    def __init__(self, browser, viewport_name):
         self.viewport = viewport_name
-        self.browser = playwright.chromium.launch(
-            executable_path=chromium, headless=True, args=QUIET
-        )
-        self.context = self.browser.new_context(
+        self.context = browser.new_context(
             viewport=VIEWPORTS[viewport_name], has_touch=viewport_name == "phone"
         )
         self.context.set_default_timeout(10_000)
@@ -105,7 +93,7 @@ class BrowserPages:
             page.screenshot(path=f"{folder}/{name}-{self.viewport}.png", full_page=True)
 
     def close(self):
-        self.browser.close()
+        self.context.close()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -117,18 +105,13 @@ def pytest_runtest_makereport(item, call):
 
 
 @pytest.fixture
-def ui(request, viewport, quor_web, chromium, monkeypatch):
-    """Browser pages at one width. A browser per test: Playwright's sync API runs an event
-    loop in this thread while it lives, and Django refuses database calls beside a running
-    loop, so the test's own database calls are allowed here and the loop ends with the
-    test (later tests see none)."""
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as playwright:
-        pages = BrowserPages(playwright, chromium, viewport)
-        yield pages
-        if getattr(request.node, "ui_call_failed", False):
-            print(pages.network_report())  # in the report's "Captured stdout teardown"
-        pages.close()
+def ui(request, viewport, quor_web, headless_chromium):
+    """Browser pages at one width, in a profile of the test's own."""
+    pages = BrowserPages(headless_chromium, viewport)
+    yield pages
+    if getattr(request.node, "ui_call_failed", False):
+        print(pages.network_report())  # in the report's "Captured stdout teardown"
+    pages.close()
     assert not pages.errors, f"script errors on the page: {pages.errors}"
 
 

@@ -9,7 +9,7 @@ The listing runs in the sandbox, so the panel needs one: one sandbox serves both
 import tarfile
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from sandboxes.library import files as library
 from sandboxes.library.managed import sync_managed_area
@@ -33,8 +33,7 @@ WORKSPACE = (
 
 
 @pytest.fixture
-def session(owner, running_sandbox, quor_web, monkeypatch):
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # beside Playwright's loop
+def session(owner, running_sandbox, quor_web, headless_chromium):
     library.library_file_put(user=owner, path="notes/todo.txt", content=b"buy milk")
     session = factories.make_session(owner, title="Files")
     services.session_workspace_ensure(session=session)
@@ -230,16 +229,15 @@ def check_a_wake_from_the_page(ui, owner, session):
     expect(page.locator("#sandbox-state-label")).to_have_text("Sandbox: running")
 
 
-def test_the_files_panel_is_a_file_browser_at_both_widths(owner, session, chromium):
-    with sync_playwright() as playwright:
-        for viewport in VIEWPORTS:
-            ui = BrowserPages(playwright, chromium, viewport)
-            try:
-                page = check_the_panel(ui, owner, session)
-                if viewport == list(VIEWPORTS)[-1]:  # last: it deletes a file, sleeps
-                    check_answers_in_order_and_files_from_the_conversation(page)
-                    check_the_archive_and_a_refusal(page, owner, session)
-                    check_a_wake_from_the_page(ui, owner, session)
-            finally:
-                ui.close()
-            assert not ui.errors, f"script errors on the page at {viewport}: {ui.errors}"
+def test_the_files_panel_is_a_file_browser_at_both_widths(owner, session, headless_chromium):
+    for viewport in VIEWPORTS:
+        ui = BrowserPages(headless_chromium, viewport)
+        try:
+            page = check_the_panel(ui, owner, session)
+            if viewport == list(VIEWPORTS)[-1]:  # last: it deletes a file, sleeps
+                check_answers_in_order_and_files_from_the_conversation(page)
+                check_the_archive_and_a_refusal(page, owner, session)
+                check_a_wake_from_the_page(ui, owner, session)
+        finally:
+            ui.close()
+        assert not ui.errors, f"script errors on the page at {viewport}: {ui.errors}"

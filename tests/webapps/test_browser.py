@@ -11,7 +11,6 @@ from urllib.parse import urlsplit
 import pytest
 from django.conf import settings
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
-from playwright.sync_api import sync_playwright
 
 from tests import factories
 from webapps import headers as header_rules
@@ -28,14 +27,12 @@ THIRD_PARTY_COOKIES = (
 
 
 @pytest.fixture
-def browser(chromium):
+def browser(headless_chromium):
     """A fresh browser profile (context) in headless Chromium, with default settings."""
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium, headless=True)
-        context = launched.new_context()
-        context.set_default_timeout(20_000)
-        yield context
-        launched.close()
+    context = headless_chromium.new_context()
+    context.set_default_timeout(20_000)
+    yield context
+    context.close()
 
 
 def log_in(context, user):
