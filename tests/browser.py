@@ -38,6 +38,9 @@ class BrowserNetwork:
         self.chromium = environment.RUN_DIR / "chromium"  # what Playwright launches
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        # The loop holds tasks weakly: a relay whose browser side has closed, still
+        # waiting for the host side, would otherwise be collected half-done.
+        self._relays = set()
 
     def start(self) -> None:
         self._remove_namespace()
@@ -61,6 +64,9 @@ class BrowserNetwork:
         port = listener.getsockname()[1]
 
         async def relay(browser_reader, browser_writer):
+            task = asyncio.current_task()
+            self._relays.add(task)
+            task.add_done_callback(self._relays.discard)
             try:
                 host_reader, host_writer = await asyncio.open_connection("127.0.0.1", port)
             except OSError:

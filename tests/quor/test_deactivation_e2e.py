@@ -14,7 +14,7 @@ from tests import factories
 from tests.environment import PORTS
 from tests.quor.test_deactivation import deactivate_in_admin, logged_in
 from tests.sandboxes.test_event_stream import connect, cookie_for
-from tests.scenarios import run_scenario
+from tests.scenarios import CONNECT_TIMEOUT_S, run_scenario
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
@@ -71,7 +71,7 @@ def test_deactivating_a_member_mid_turn_ends_their_access_everywhere_within_seco
 
     async def scenario():
         viewer = connect(session, cookie)
-        connected, _ = await viewer.connect()
+        connected, _ = await viewer.connect(CONNECT_TIMEOUT_S)
         assert connected
         while (await viewer.receive_json_from(timeout=120))["kind"] != "approval_requested":
             pass

@@ -7,7 +7,7 @@ from channels.testing import WebsocketCommunicator
 from quor.asgi import application
 from quor.routing import websocket_urlpatterns
 from tests.quor.test_permission_table import OWN, build_world, expected_answer, fill_route
-from tests.scenarios import run_scenario
+from tests.scenarios import CONNECT_TIMEOUT_S, run_scenario
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def test_every_persona_gets_the_websocket_answer_the_table_declares(committed_wo
 
         async def connect(headers=headers):
             communicator = WebsocketCommunicator(application, path, headers=headers)
-            connected, close_code = await communicator.connect()
+            connected, close_code = await communicator.connect(CONNECT_TIMEOUT_S)
             await communicator.disconnect()
             return "allowed" if connected else WEBSOCKET_CLOSE_CODES.get(close_code, close_code)
 

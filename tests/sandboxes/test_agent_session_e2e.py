@@ -13,7 +13,7 @@ from sandboxes.runtime import services
 from tests import factories
 from tests.environment import PORTS
 from tests.sandboxes.test_event_stream import connect, cookie_for
-from tests.scenarios import run_scenario
+from tests.scenarios import CONNECT_TIMEOUT_S, run_scenario
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
@@ -58,7 +58,7 @@ def collect_until(cookie, session, after, predicate, timeout=120):
 
     async def scenario():
         communicator = connect(session, cookie, after=after)
-        connected, _ = await communicator.connect()
+        connected, _ = await communicator.connect(CONNECT_TIMEOUT_S)
         assert connected
         events, deadline = [], time.monotonic() + timeout
         while not events or not predicate(events[-1]):

@@ -8,7 +8,7 @@ from quor.asgi import application
 from sandboxes.sessions.events import session_events_append
 from tests import factories
 from tests.environment import PORTS
-from tests.scenarios import run_scenario
+from tests.scenarios import CONNECT_TIMEOUT_S, run_scenario
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,7 +43,7 @@ def test_a_viewer_gets_the_backlog_then_live_events_in_order(owner):
 
     async def scenario():
         communicator = connect(session, cookie, after=1)
-        connected, _ = await communicator.connect()
+        connected, _ = await communicator.connect(CONNECT_TIMEOUT_S)
         assert connected
         assert await receive_seqs(communicator, 2) == [2, 3]
         from channels.db import database_sync_to_async
@@ -64,14 +64,14 @@ def test_a_reconnecting_viewer_misses_nothing_and_sees_nothing_twice(owner):
         from channels.db import database_sync_to_async
 
         first = connect(session, cookie)
-        await first.connect()
+        await first.connect(CONNECT_TIMEOUT_S)
         await database_sync_to_async(append)(session, "a", "b")
         assert await receive_seqs(first, 2) == [1, 2]
         await first.disconnect()
         await database_sync_to_async(append)(session, "c")  # while nobody watches
         second, third = connect(session, cookie, after=2), connect(session, cookie, after=0)
-        await second.connect()
-        await third.connect()
+        await second.connect(CONNECT_TIMEOUT_S)
+        await third.connect(CONNECT_TIMEOUT_S)
         assert await receive_seqs(second, 1) == [3]
         assert await receive_seqs(third, 3) == [1, 2, 3]
         await database_sync_to_async(append)(session, "d")
@@ -93,7 +93,7 @@ def test_only_the_owner_may_watch(owner, colleague, stranger, who, code):
 
     async def scenario():
         communicator = connect(session, cookie)
-        connected, close_code = await communicator.connect()
+        connected, close_code = await communicator.connect(CONNECT_TIMEOUT_S)
         assert not connected
         assert close_code == code
 
@@ -175,7 +175,7 @@ def test_an_event_whose_live_message_was_lost_still_arrives(owner, monkeypatch):
         from channels.db import database_sync_to_async
 
         communicator = connect(session, cookie)
-        await communicator.connect()
+        await communicator.connect(CONNECT_TIMEOUT_S)
         monkeypatch.setattr(events, "_publish", lambda *args: None)  # lost
         await database_sync_to_async(append)(session, "the last word")
         event = await communicator.receive_json_from(timeout=10)
@@ -202,7 +202,7 @@ def test_live_events_reach_a_viewer_while_the_process_sync_thread_is_busy(owner)
 
     async def scenario():
         communicator = connect(session, cookie)
-        assert (await communicator.connect())[0]
+        assert (await communicator.connect(CONNECT_TIMEOUT_S))[0]
         busy = asyncio.ensure_future(sync_to_async(time.sleep)(3))
         await asyncio.sleep(0.2)
         await session_events_publish(session.pk, [live])

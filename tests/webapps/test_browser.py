@@ -31,16 +31,23 @@ def browser(headless_chromium):
     """A fresh browser profile (context) in headless Chromium, with default settings."""
     context = headless_chromium.new_context()
     context.set_default_timeout(20_000)
+    # Every tab's requests that failed or were never answered, for a failure's message.
+    context.failed, context.unanswered = [], {}
+    context.on("request", lambda request: context.unanswered.setdefault(request, request.url))
+    context.on("requestfinished", lambda request: context.unanswered.pop(request, None))
+    context.on("requestfailed", lambda request: _note_failure(context, request))
     yield context
     context.close()
 
 
+def _note_failure(context, request):
+    context.unanswered.pop(request, None)
+    context.failed.append((request.url, request.failure))
+
+
 def log_in(context, user):
-    """Through Quor's login form, as a person does. Returns the page, which also
-    records the requests that failed (`page.failed`)."""
+    """Through Quor's login form, as a person does. Returns the page."""
     page = context.new_page()
-    page.failed = []
-    page.on("requestfailed", lambda request: page.failed.append((request.url, request.failure)))
     page.goto(f"{QUOR}/accounts/login/")
     page.fill("#id_username", user.email)
     page.fill("#id_password", factories.PASSWORD)
@@ -66,7 +73,8 @@ def probe_results(page, frame) -> dict:
     except PlaywrightTimeout:
         raise AssertionError(
             f"the app's page did not show (the frame is at {frame.url}); "
-            f"failed requests: {page.failed}"
+            f"requests that failed: {page.context.failed}; "
+            f"never answered: {list(page.context.unanswered.values())}"
         ) from None
     return json.loads(frame.text_content("#probe"))
 
@@ -159,7 +167,6 @@ def test_the_link_opens_the_app_in_a_tab(webapp, owner, browser):
     with browser.expect_page() as opened:
         page.get_by_role("link", name="Open in a new tab").click()
     tab = opened.value
-    tab.failed = []
     result = probe_results(tab, app_frame(tab, webapp))
     assert result["subresource"] is True, "the app's own script did not load"
     assert_the_app_is_boxed_in(result, framed=True)
