@@ -42,18 +42,33 @@ def docker_up() -> bool:
     return succeeds(["docker", "info"])
 
 
+# The daemons start_docker started: children of this process, which must reap them (an
+# exited child nobody waits for stays in /proc, and in pgrep's answers, as a zombie).
+DAEMONS_STARTED: list[subprocess.Popen] = []
+
+
 def stop_docker() -> None:
     """Until the process has exited: it stops answering before it has stopped the
     containers, and a new daemon will not start while the old one holds its pid file."""
     pid = int(subprocess.run(["pgrep", "-xo", "dockerd"], capture_output=True, text=True).stdout)
     os.kill(pid, signal.SIGTERM)
-    wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 90, "the Docker daemon still runs")
+
+    def exited():
+        for daemon in DAEMONS_STARTED:
+            daemon.poll()
+        return not os.path.exists(f"/proc/{pid}")
+
+    wait_until(exited, 90, "the Docker daemon still runs")
 
 
 def start_docker() -> None:
     """As tools/provision does."""
     with open("/var/log/quor-dockerd.log", "ab") as log:
-        subprocess.Popen(["dockerd"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        DAEMONS_STARTED.append(
+            subprocess.Popen(
+                ["dockerd"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        )
     wait_until(docker_up, 90, "the Docker daemon did not come back")
 
 
