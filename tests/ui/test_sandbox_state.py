@@ -100,10 +100,8 @@ def test_a_sandbox_falling_asleep_while_the_page_is_open_shows_within_a_minute(u
     session = session_in(owner, state=Sandbox.State.RUNNING)
     factories.make_event(session, 1, "assistant_text", text="Ready.")
     # The folder's listing needs a real sandbox: answered here, the state is the row's.
-    ui.context.route(
-        re.compile(r"/files/\?path="),
-        lambda route: route.fulfill(json={"results": [], "truncated": False}),
-    )
+    listing = {"results": [], "truncated": False}
+    ui.context.route(re.compile(r"/files/\?path="), lambda route: route.fulfill(json=listing))
     asked = []
     ui.context.on("request", lambda r: "/api/v1/sandbox/" in r.url and asked.append(r.url))
     ui.context.clock.install()
@@ -136,8 +134,12 @@ def test_a_sandbox_falling_asleep_while_the_page_is_open_shows_within_a_minute(u
 
     # Running again (woken elsewhere), then asleep: the next minute's read shows it.
     Sandbox.objects.filter(pk=session.sandbox_id).update(state=Sandbox.State.RUNNING)
+    listing["truncated"] = True  # tells the listing the wake asks for from the first one
     page.clock.run_for("00:16")
     expect(label).to_have_text("Sandbox: running")
+    # Its answer is a state too, newer than any read asked before it came: it must be in
+    # before the row changes, or it hides the next read's answer for a minute.
+    expect(page.locator("#files")).to_contain_text("More entries are not shown.")
     Sandbox.objects.filter(pk=session.sandbox_id).update(state=Sandbox.State.SLEEPING)
     page.clock.run_for("01:01")
     expect(label).to_have_text("Sandbox: asleep")
