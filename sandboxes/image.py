@@ -63,9 +63,13 @@ def stop_agent_argv(session_id: str) -> list[str]:
 
 
 # Prints `running` while an agent of the session runs; else `exited STATUS` (or
-# `exited unknown`) and the end of its log.
+# `exited unknown`) and the end of its log. The shell around an agent that just ended
+# writes its status a moment later: it is waited for, up to a second (a runner killed
+# with the agent never writes it).
 _AGENT_STATE = (
     'if pgrep -f "$1" >/dev/null; then echo running; else '
+    'i=0; while [ ! -s "$2/' + AGENT_EXIT + '" ] && [ $i -lt 20 ]; do '
+    "sleep 0.05; i=$((i+1)); done; "
     'echo "exited $(cat "$2/' + AGENT_EXIT + '" 2>/dev/null || echo unknown)"; '
     'tail -c 400 "$2/' + AGENT_LOG + '" 2>/dev/null; fi'
 )
