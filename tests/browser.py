@@ -9,12 +9,15 @@ is relayed to the same port on the host's loopback: Quor's web tier, the web app
 the identity provider."""
 
 import asyncio
+import concurrent.futures
 import contextlib
 import ctypes
+import functools
 import os
 import socket
 import subprocess
 import threading
+import time
 
 from tests import environment
 
@@ -31,6 +34,39 @@ NAMESPACE = f"quor-test-{environment.NAME}"
 CLONE_NEWNET = 0x40000000
 
 
+def outside_the_event_loop(function):
+    """`function`, called in a thread of its own: there no event loop is marked running."""
+
+    @functools.wraps(function)
+    def in_a_thread(*args, **kwargs):
+        with concurrent.futures.ThreadPoolExecutor(1) as thread:
+            return thread.submit(function, *args, **kwargs).result()
+
+    return in_a_thread
+
+
+class NetworkLog:
+    """The requests of a browser profile (every tab and frame) that failed or were never
+    answered: printed when a test fails, since a wait that times out says only what it
+    waited for, not which request it was left waiting on."""
+
+    def __init__(self, context):
+        self.unanswered = {}  # request -> when it was sent, until it is answered
+        self.failed = []
+        context.on("request", lambda r: self.unanswered.setdefault(r, time.strftime("%H:%M:%S")))
+        context.on("requestfinished", lambda r: self.unanswered.pop(r, None))
+        context.on("requestfailed", self._note_failure)
+
+    def _note_failure(self, request):
+        self.unanswered.pop(request, None)
+        self.failed.append(f"{request.method} {request.url}: {request.failure}")
+
+    def report(self) -> str:
+        unanswered = [f"{sent} {r.method} {r.url}" for r, sent in self.unanswered.items()]
+        failed = self.failed or "none"
+        return f"requests never answered: {unanswered or 'none'}\nrequests that failed: {failed}"
+
+
 class BrowserNetwork:
     """The namespace and the relay of its loopback ports to the host's."""
 
@@ -41,6 +77,7 @@ class BrowserNetwork:
         # The loop holds tasks weakly: a relay whose browser side has closed, still
         # waiting for the host side, would otherwise be collected half-done.
         self._relays = set()
+        self._servers = []
 
     def start(self) -> None:
         self._remove_namespace()
@@ -56,6 +93,7 @@ class BrowserNetwork:
             asyncio.run_coroutine_threadsafe(self._serve(listener), self._loop).result()
 
     def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         self._remove_namespace()
@@ -76,7 +114,15 @@ class BrowserNetwork:
                 _pipe(browser_reader, host_writer), _pipe(host_reader, browser_writer)
             )
 
-        await asyncio.start_server(relay, sock=listener)
+        self._servers.append(await asyncio.start_server(relay, sock=listener))
+
+    async def _close(self) -> None:
+        """Ends every relay, so none is left pending when the loop stops."""
+        for server in self._servers:
+            server.close()
+        for relay in self._relays:
+            relay.cancel()
+        await asyncio.gather(*self._relays, return_exceptions=True)
 
     @staticmethod
     def _remove_namespace() -> None:

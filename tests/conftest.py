@@ -14,6 +14,16 @@ pytest_plugins = ["tests.hang_watchdog", "tests.oidc_provider"]
 PROCESS_FIXTURES = {"process_env", "openid_provider", "s3_server"}
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """`item.call_failed`: whether the test failed, for a fixture's teardown that says
+    more when it did (the browser's unanswered requests)."""
+    report = yield
+    if report.when in ("setup", "call"):
+        item.call_failed = report.failed
+    return report
+
+
 def pytest_collection_modifyitems(items):
     """Tests that start processes get the `processes` mark, from the fixtures they use.
 
@@ -309,7 +319,8 @@ def webapp_proxy(process_env):
     from tests.docker_helpers import wait_for_port
 
     host, port = settings.QUOR_WEBAPP_PROXY_BIND.rsplit(":", 1)
-    process = _start([sys.executable, "manage.py", "run_webapp_proxy"], process_env, "webapp-proxy")
+    argv = [sys.executable, "manage.py", "run_webapp_proxy", "--access-log"]
+    process = _start(argv, process_env, "webapp-proxy")
     wait_for_port(host, int(port))
     yield host, int(port)
     _stop(process)
@@ -420,15 +431,20 @@ def chromium():
 def headless_chromium(chromium):
     """One headless Chromium for a test file, in which each test opens a profile (context)
     of its own: starting Chromium and Playwright's driver cost about 1 CPU-s a test.
-    Playwright's sync API runs an event loop in this thread while it lives, and Django
-    refuses database calls beside a running loop: they are allowed until the file's last
-    test ends, and the loop with it (later files see none)."""
+    Playwright's sync API marks its event loop as running in this thread while it lives:
+    Django refuses database calls beside it, and asgiref's async_to_sync (how Quor
+    publishes to the channel layer) refuses to run. Until the file's last test ends (and
+    the loop with it), database calls are allowed, and async_to_sync runs in a thread of
+    its own: otherwise an event the test appends reaches the page only through the
+    stream's catch-up read, seconds later, and the live path goes untested."""
+    from asgiref.sync import AsyncToSync
     from playwright.sync_api import sync_playwright
 
-    from tests.browser import QUIET
+    from tests.browser import QUIET, outside_the_event_loop
 
     with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
         patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        patch.setattr(AsyncToSync, "__call__", outside_the_event_loop(AsyncToSync.__call__))
         browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=QUIET)
         yield browser
         browser.close()

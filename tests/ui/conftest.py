@@ -8,7 +8,6 @@ docs/ shows (`make screenshots`); otherwise screenshots are skipped."""
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from django.conf import settings
 from django.test import Client
 
 from tests import factories
+from tests.browser import NetworkLog
 
 QUOR = settings.QUOR_PUBLIC_URL.rstrip("/")
 AXE = Path(__file__).resolve().parents[2] / "node_modules/axe-core/axe.min.js"
@@ -46,8 +46,7 @@ class BrowserPages:
         )
         self.context.set_default_timeout(10_000)
         self.errors = []
-        self.unanswered = {}  # request -> when it was sent, until it is answered
-        self.failed = []
+        self.network = NetworkLog(self.context)
 
     def page_for(self, user, path="/"):
         """A new tab logged in as `user` (a session cookie of Django's own login), at `path`.
@@ -63,9 +62,6 @@ class BrowserPages:
         page = self.context.new_page()
         page.on("pageerror", lambda error: self.errors.append(str(error)))
         page.on("console", self._note_policy_violation)
-        page.on("request", lambda r: self.unanswered.setdefault(r, time.strftime("%H:%M:%S")))
-        page.on("requestfinished", lambda r: self.unanswered.pop(r, None))
-        page.on("requestfailed", self._note_failed_request)
         page.goto(QUOR + path)
         return page
 
@@ -74,17 +70,6 @@ class BrowserPages:
         a script, style or image of Quor's own that the policy refuses is a defect."""
         if message.type == "error" and "Content Security Policy" in message.text:
             self.errors.append(message.text)
-
-    def _note_failed_request(self, request):
-        self.unanswered.pop(request, None)
-        self.failed.append(f"{request.method} {request.url}: {request.failure}")
-
-    def network_report(self) -> str:
-        """What the pages asked for and never got: shown when a test fails, since a
-        wait that times out says only what it waited for."""
-        unanswered = [f"{sent} {r.method} {r.url}" for r, sent in self.unanswered.items()]
-        failed = self.failed or "none"
-        return f"requests never answered: {unanswered or 'none'}\nrequests that failed: {failed}"
 
     def screenshot(self, page, name):
         folder = os.environ.get("QUOR_SCREENSHOTS_DIR")
@@ -96,21 +81,13 @@ class BrowserPages:
         self.context.close()
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item, call):
-    report = yield
-    if report.when == "call":
-        item.ui_call_failed = report.failed
-    return report
-
-
 @pytest.fixture
 def ui(request, viewport, quor_web, headless_chromium):
     """Browser pages at one width, in a profile of the test's own."""
     pages = BrowserPages(headless_chromium, viewport)
     yield pages
-    if getattr(request.node, "ui_call_failed", False):
-        print(pages.network_report())  # in the report's "Captured stdout teardown"
+    if request.node.call_failed:
+        print(pages.network.report())  # in the report's "Captured stdout teardown"
     pages.close()
     assert not pages.errors, f"script errors on the page: {pages.errors}"
 

@@ -58,7 +58,7 @@ def check_the_panel(ui, owner, session):
         panel = page.locator("#files-panel").inner_text()
         raise AssertionError(
             f"the panel shows: {panel!r}; sandbox {session.sandbox}; script errors: "
-            f"{ui.errors}\n{ui.network_report()}"
+            f"{ui.errors}\n{ui.network.report()}"
         ) from None
     # Folders first, as folders; Quor's runtime folder is not shown.
     names = files.locator(".file-name").all_text_contents()

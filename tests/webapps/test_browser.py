@@ -13,6 +13,8 @@ from django.conf import settings
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests import factories
+from tests.browser import NetworkLog
+from tests.environment import RUN_DIR
 from webapps import headers as header_rules
 from webapps import services as webapps
 
@@ -27,22 +29,17 @@ THIRD_PARTY_COOKIES = (
 
 
 @pytest.fixture
-def browser(headless_chromium):
+def browser(request, headless_chromium):
     """A fresh browser profile (context) in headless Chromium, with default settings."""
     context = headless_chromium.new_context()
     context.set_default_timeout(20_000)
-    # Every tab's requests that failed or were never answered, for a failure's message.
-    context.failed, context.unanswered = [], {}
-    context.on("request", lambda request: context.unanswered.setdefault(request, request.url))
-    context.on("requestfinished", lambda request: context.unanswered.pop(request, None))
-    context.on("requestfailed", lambda request: _note_failure(context, request))
+    network = NetworkLog(context)
     yield context
+    if request.node.call_failed:  # in the report's "Captured stdout teardown"
+        print(network.report())
+        proxy_log = (RUN_DIR / "webapp-proxy.log").read_text().splitlines()
+        print("the web app proxy's last lines:", *proxy_log[-20:], sep="\n")
     context.close()
-
-
-def _note_failure(context, request):
-    context.unanswered.pop(request, None)
-    context.failed.append((request.url, request.failure))
 
 
 def log_in(context, user):
@@ -66,16 +63,12 @@ def session_page(browser, owner, webapp):
     return page, iframe
 
 
-def probe_results(page, frame) -> dict:
+def probe_results(frame) -> dict:
     """What the test app's page found out about itself, read from its DOM."""
     try:
         frame.wait_for_selector('#probe[data-done="true"]', state="attached", timeout=15_000)
     except PlaywrightTimeout:
-        raise AssertionError(
-            f"the app's page did not show (the frame is at {frame.url}); "
-            f"requests that failed: {page.context.failed}; "
-            f"never answered: {list(page.context.unanswered.values())}"
-        ) from None
+        raise AssertionError(f"the app's page did not show (the frame is at {frame.url})") from None
     return json.loads(frame.text_content("#probe"))
 
 
@@ -107,10 +100,10 @@ def test_the_session_page_frames_the_app_with_exactly_the_preview_sandbox(webapp
 
 
 def test_the_preview_iframe_shows_the_app_boxed_in(webapp, owner, browser):
-    page, iframe = session_page(browser, owner, webapp)
+    _, iframe = session_page(browser, owner, webapp)
 
     frame = iframe.element_handle().content_frame()
-    result = probe_results(page, frame)  # the hand-off worked inside the iframe
+    result = probe_results(frame)  # the hand-off worked inside the iframe
     app_origin = webapps.app_origin().origin(webapp.label)
     assert frame.url == f"{app_origin}/"
     assert urlsplit(frame.url).netloc != urlsplit(QUOR).netloc
@@ -142,7 +135,7 @@ def test_opened_directly_the_app_runs_framed_by_quor_with_an_opaque_origin(webap
 
     page.goto(f"{app_origin}/")
     frame = app_frame(page, webapp)
-    result = probe_results(page, frame)
+    result = probe_results(frame)
 
     assert frame.url == f"{app_origin}/"
     assert urlsplit(frame.url).netloc != urlsplit(QUOR).netloc
@@ -167,6 +160,6 @@ def test_the_link_opens_the_app_in_a_tab(webapp, owner, browser):
     with browser.expect_page() as opened:
         page.get_by_role("link", name="Open in a new tab").click()
     tab = opened.value
-    result = probe_results(tab, app_frame(tab, webapp))
+    result = probe_results(app_frame(tab, webapp))
     assert result["subresource"] is True, "the app's own script did not load"
     assert_the_app_is_boxed_in(result, framed=True)
