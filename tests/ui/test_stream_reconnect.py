@@ -55,3 +55,15 @@ def test_a_dropped_connection_loses_and_repeats_nothing(ui, owner):
     expect(texts).to_have_text(["One.", "Two.", "Three.", "Four."])
     expect(page.locator("#status")).to_have_text("Done")
     expect(page.locator("#events .message.user")).to_have_count(1)
+
+
+def test_an_event_appended_beside_the_browser_is_published_not_only_stored(
+    headless_chromium, owner, caplog
+):
+    """Playwright marks its event loop as running in this thread; publishing to the
+    channel layer (async_to_sync, after the commit) must still work beside it, or the
+    pages of these tests get events only from the stream's catch-up read."""
+    session = factories.make_session(owner, status=Session.Status.RUNNING)
+    session_events_append(session=session, events=[("assistant_text", {"text": "One."})])
+    errors = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
+    assert errors == []
