@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -202,13 +202,11 @@ def stop_agent_process(*, session: Session) -> None:
 
 
 def get_or_create_sandbox(*, user) -> Sandbox:
-    try:
-        with transaction.atomic():
-            sandbox, _ = Sandbox.objects.get_or_create(
-                user=user, defaults={"backend": settings.QUOR_SANDBOX_BACKEND}
-            )
-    except IntegrityError:  # created by a concurrent request
-        sandbox = Sandbox.objects.get(user=user)
+    """A concurrent request's sandbox is found, not created twice: get_or_create reads
+    the row again when its insert meets the unique user."""
+    sandbox, _ = Sandbox.objects.get_or_create(
+        user=user, defaults={"backend": settings.QUOR_SANDBOX_BACKEND}
+    )
     return sandbox
 
 

@@ -5,11 +5,14 @@ import ipaddress
 
 import pytest
 
+from apps.policy import CREDENTIAL, Action, App, AppDecision
 from egress.decisions import (
     CredentialRoute,
     EgressRules,
     Refusal,
     SandboxContext,
+    app_credential,
+    app_refusal,
     authenticate,
     check_request_target,
     decide_destination,
@@ -353,3 +356,74 @@ def test_a_plain_http_host_header_must_name_the_urls_host(host_header, allowed):
         with pytest.raises(Refusal) as refused:
             check()
         assert refused.value.code == "egress.host_mismatch"
+
+
+# --- App credentials and refusals ------------------------------------------------------------
+
+HUB_TOKEN = "ghp_connected-0123456789"
+
+
+def hub(style="bearer", header="authorization"):
+    return App(7, "Hub", (), credential_style=style, credential_header=header)
+
+
+def allowed(app, *action_names):
+    actions = tuple(Action.build(f"a{i}", name, "auto") for i, name in enumerate(action_names))
+    return AppDecision(CREDENTIAL, "apps.allowed", app=app, actions=actions)
+
+
+@pytest.mark.parametrize(
+    ("style", "header", "expected"),
+    [
+        ("bearer", "authorization", {"authorization": f"Bearer {HUB_TOKEN}"}),
+        ("basic", "authorization", {"authorization": "Basic " + base64.b64encode(HUB_TOKEN.encode()).decode()}),
+        ("header", "x-hub-token", {"x-hub-token": HUB_TOKEN}),
+    ],
+)  # fmt: skip
+def test_a_connected_app_credential_goes_in_the_apps_own_header_style(style, header, expected):
+    decision = allowed(hub(style, header))
+    sandbox = context(app_credentials={7: (HUB_TOKEN, "user")})
+    assert app_credential(sandbox, decision, {"authorization": "Bearer mine"}) == expected
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({}, {}),
+        ({"authorization": "Bearer the-sandboxes-own"}, {}),
+        ({"authorization": f"Bearer {PLACEHOLDER}"}, (403, "egress.credential_unavailable")),
+        ({"x-hub-token": PLACEHOLDER}, (403, "egress.credential_unavailable")),
+    ],
+)
+def test_without_a_connected_credential_a_request_goes_as_sent_unless_it_carries_the_placeholder(
+    headers, expected
+):
+    app = hub("header", "x-hub-token") if "x-hub-token" in headers else hub()
+    decision = allowed(app)
+    if isinstance(expected, tuple):
+        assert refusal_code(app_credential, context(), decision, headers) == expected
+    else:
+        assert app_credential(context(), decision, headers) == expected
+
+
+@pytest.mark.parametrize(
+    ("decision", "code", "message"),
+    [
+        (allowed(hub(), "Delete a repository"), "apps.action_denied",
+         "Your organization does not allow Hub: Delete a repository. Do not retry; tell the user."),
+        (allowed(hub()), "apps.not_selected",
+         "Hub is not enabled for this session. The user can start a session with it."),
+        (allowed(hub(), "Read", "Write"), "approvals.rejected",
+         "The user rejected Hub: Read, Write. It was not sent; do not retry it, ask the user "
+         "what to do instead."),
+        (allowed(None), "approvals.expired",
+         "Nobody approved this request in time. It was not sent; ask the user before trying "
+         "again."),
+    ],
+    ids=["denied", "not selected", "rejected", "expired, no app"],
+)  # fmt: skip
+def test_an_app_refusal_tells_the_agent_which_app_and_actions_and_what_to_do(
+    decision, code, message
+):
+    refusal = app_refusal(code, decision)
+    assert (refusal.status, refusal.code, refusal.reason) == (403, code, message)

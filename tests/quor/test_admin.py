@@ -122,3 +122,76 @@ def test_members_who_are_not_staff_cannot_open_the_admin(client, owner):
     response = client.get(reverse("admin:index"))
     assert response.status_code == 302
     assert "/admin/login/" in response["Location"]
+
+
+def _user_change_form(user, **changes):
+    """The admin's change form of a user as a browser posts it, with `changes`."""
+    form = {
+        "email": user.email,
+        "full_name": user.full_name,
+        "is_active": "on" if user.is_active else "",
+        "is_staff": "on" if user.is_staff else "",
+        "date_joined_0": user.date_joined.strftime("%Y-%m-%d"),
+        "date_joined_1": user.date_joined.strftime("%H:%M:%S"),
+        "last_login_0": "",
+        "last_login_1": "",
+        **changes,
+    }
+    return {key: value for key, value in form.items() if value != "" or key.startswith("last")}
+
+
+@pytest.mark.django_db
+def test_unticking_active_in_the_admin_deactivates_the_user_everywhere_and_ticking_it_reactivates(
+    client, superuser, owner
+):
+    from quor import services
+    from quor.models import ApiToken, AuditEntry
+
+    services.api_token_create(user=owner, name="laptop")
+    client.force_login(superuser)
+    change = reverse("admin:quor_user_change", args=[owner.pk])
+
+    response = client.post(change, _user_change_form(owner, is_active=""))
+    assert response.status_code == 302, response.content
+    owner.refresh_from_db()
+    assert not owner.is_active
+    assert not ApiToken.objects.filter(user=owner, revoked_at__isnull=True).exists()
+    deactivated = AuditEntry.objects.get(action="user.deactivated", target_id=str(owner.pk))
+    assert deactivated.changes["via"] == "admin"
+    assert deactivated.actor == superuser
+
+    response = client.post(change, _user_change_form(owner, is_active="on"))
+    assert response.status_code == 302, response.content
+    owner.refresh_from_db()
+    assert owner.is_active
+    assert AuditEntry.objects.filter(action="user.reactivated", target_id=str(owner.pk)).exists()
+
+
+@pytest.mark.django_db
+def test_saving_a_user_without_changing_active_records_no_deactivation(client, superuser, owner):
+    from quor.models import AuditEntry
+
+    client.force_login(superuser)
+    change = reverse("admin:quor_user_change", args=[owner.pk])
+    response = client.post(change, _user_change_form(owner, full_name="Renamed Owner"))
+    assert response.status_code == 302, response.content
+    owner.refresh_from_db()
+    assert (owner.full_name, owner.is_active) == ("Renamed Owner", True)
+    assert not AuditEntry.objects.filter(action__startswith="user.").exists()
+
+
+@pytest.mark.django_db
+def test_deleting_users_from_the_admin_list_deletes_each_through_the_service(
+    client, superuser, owner, colleague
+):
+    from quor.models import AuditEntry, User
+
+    client.force_login(superuser)
+    response = client.post(
+        reverse("admin:quor_user_changelist"),
+        {"action": "delete_selected", "_selected_action": [owner.pk, colleague.pk], "post": "yes"},
+    )
+    assert response.status_code == 302, response.content
+    assert not User.objects.filter(pk__in=[owner.pk, colleague.pk]).exists()
+    deleted = AuditEntry.objects.filter(action="user.deleted").values_list("target_id", flat=True)
+    assert sorted(deleted) == sorted([str(owner.pk), str(colleague.pk)])
