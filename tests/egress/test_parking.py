@@ -51,10 +51,20 @@ def desk():
 @pytest.fixture
 def parked(desk):
     """Parks a request in a thread of its own, as a proxy's connection thread does; the
-    future gives the status it ends with."""
+    future gives the status it ends with. When the test ends, the client is gone: a
+    request a failed test left parked ends within half a second, not at its expiry."""
+    test_over = threading.Event()
+
+    def park(request, client_gone=lambda: False):
+        def gone():
+            return test_over.is_set() or client_gone()
+
+        return pool.submit(desk.park_and_wait, **request, client_gone=gone)
+
     desk.start()
     with ThreadPoolExecutor(1) as pool:
-        yield lambda request, **kwargs: pool.submit(desk.park_and_wait, **request, **kwargs)
+        yield park
+        test_over.set()
 
 
 def the_parked_request():

@@ -3,6 +3,7 @@ off unless the organization allows them, never for a confidential session, an ex
 that is required and bounded, and an audit of their making and revoking. (The visitors'
 side, through the real web app proxy processes: test_public_links.py.)"""
 
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -135,6 +136,18 @@ def test_the_session_page_makes_and_revokes_links_for_its_owner_only(
     assert page.post(revoke_url).status_code == 302
     link.refresh_from_db()
     assert link.revoked_at is not None
+
+
+def test_a_link_is_revoked_only_through_its_own_sessions_page(owner, client_for, app_of_owner):
+    link_id = _create(client_for(owner), app_of_owner).json()["id"]
+    other_session = factories.make_session(owner)
+    page = Client()
+    page.force_login(owner)
+    elsewhere = f"/sessions/{other_session.pk}/public-links/{link_id}/revoke"
+    unknown = f"/sessions/{app_of_owner.session_id}/public-links/{uuid.uuid4()}/revoke"
+    assert page.post(elsewhere).status_code == 404
+    assert page.post(unknown).status_code == 404
+    assert PublicLink.objects.get(pk=link_id).revoked_at is None
 
 
 def test_an_organization_admin_switches_links_and_marks_sessions_confidential(
