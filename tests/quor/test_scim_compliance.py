@@ -46,8 +46,13 @@ def test_the_scim_compliance_checker_finds_nothing_wrong(
     from scim2_client.engines.httpx2 import SyncSCIMClient
     from scim2_tester import Status, check_server
 
+    # The first SCIM request imports SCIM's payload models in the web process (about a
+    # second of CPU); with the cores shared by the whole run that can take longer than
+    # httpx's 5 s default, which the checker reports as a network error.
     http = httpx2.Client(
-        base_url=f"{quor_web}/scim/v2", headers={"Authorization": f"Bearer {scim_token}"}
+        base_url=f"{quor_web}/scim/v2",
+        headers={"Authorization": f"Bearer {scim_token}"},
+        timeout=30,
     )
     results = check_server(SyncSCIMClient(http))
     problems = [
