@@ -110,9 +110,13 @@ class BrowserNetwork:
             except OSError:
                 browser_writer.close()  # nothing listens there: refused, as it would be
                 return
-            await asyncio.gather(
-                _pipe(browser_reader, host_writer), _pipe(host_reader, browser_writer)
-            )
+            try:
+                await asyncio.gather(
+                    _pipe(browser_reader, host_writer), _pipe(host_reader, browser_writer)
+                )
+            finally:  # an unclosed writer collected after the loop has closed warns
+                host_writer.close()
+                browser_writer.close()
 
         self._servers.append(await asyncio.start_server(relay, sock=listener))
 

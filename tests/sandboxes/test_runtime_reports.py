@@ -272,7 +272,7 @@ def test_kept_connections_that_died_are_replaced_before_the_next_reports(running
         ended = cursor.fetchone()[0] or []
         cursor.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", [ended])
         deadline = time.monotonic() + 10
-        alive = "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)"
+        alive = "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s::int[])"
         while cursor.execute(alive, [ended]).fetchone()[0]:
             assert time.monotonic() < deadline, "the connections did not end"
             time.sleep(0.05)
