@@ -740,7 +740,11 @@ def test_a_deleted_pod_terminates_then_goes_with_its_emptydirs_and_leaves_its_cl
             container(
                 "main",
                 # Takes a second to end after SIGTERM: the pod is terminating meanwhile.
-                ["sh", "-c", "trap 'sleep 1; exit 3' TERM; sleep infinity & wait"],
+                [
+                    "sh",
+                    "-c",
+                    "trap 'sleep 1; exit 3' TERM; touch /t/trapped; sleep infinity & wait",
+                ],
                 volumeMounts=[
                     {"name": "ws", "mountPath": "/w"},
                     {"name": "scratch", "mountPath": "/t"},
@@ -757,7 +761,14 @@ def test_a_deleted_pod_terminates_then_goes_with_its_emptydirs_and_leaves_its_cl
         lambda: api.read_namespaced_pod("doomed", namespace), lambda p: p.status.phase == "Running"
     )
     own = {"label": [f"{LABEL}={fake.instance}", f"{LABEL}.pod-uid={running.metadata.uid}"]}
-    assert client.containers.list(filters=own) and client.volumes.list(filters=own)
+    containers = client.containers.list(filters=own)
+    assert containers and client.volumes.list(filters=own)
+    # Running says the shell started, not that it has set its trap: a TERM before that is
+    # ignored (a PID 1 without a handler) and the container killed when the grace ends.
+    wait_for(
+        lambda: [c.exec_run(["test", "-e", "/t/trapped"]).exit_code for c in containers],
+        lambda codes: 0 in codes,
+    )
 
     deleting = api.delete_namespaced_pod("doomed", namespace, grace_period_seconds=5)
     assert deleting.metadata.deletion_timestamp
