@@ -269,7 +269,8 @@ def test_kept_connections_that_died_are_replaced_before_the_next_reports(running
         # Waits for the ends of these connections only: a process of the run that is
         # connected to this database too (a worker's web tier, its beat) connects again.
         cursor.execute(f"SELECT array_agg(pid) FROM pg_stat_activity WHERE {others}")  # noqa: S608
-        ended = cursor.fetchone()[0] or []
+        ended = cursor.fetchone()[0]
+        assert ended, "the reports kept no connection to end"
         cursor.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", [ended])
         deadline = time.monotonic() + 10
         alive = "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s::int[])"
