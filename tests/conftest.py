@@ -3,7 +3,7 @@ from rest_framework.test import APIClient
 
 from quor import services
 from quor.models import Membership
-from tests import factories
+from tests import environment, factories
 from tests.environment import PORTS, RUN_DIR, free_port
 
 pytest_plugins = ["tests.hang_watchdog", "tests.oidc_provider"]
@@ -119,6 +119,16 @@ def flush_without_deadlocks():
         patch.setattr(DatabaseOperations, "sql_flush", sql_flush_without_deadlocks)
         patch.setattr(flush, "emit_post_migrate_signal", emit_post_migrate_signal_unless_kept)
         yield
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings_xdist_suffix():
+    """pytest-django's suffix is xdist's worker id; a run in a slot of its own
+    (QUOR_TEST_SLOT) gets the slot's name, so it never drops another run's database."""
+    from pytest_django.fixtures import _set_suffix_to_test_databases
+
+    if environment.SLOT:
+        _set_suffix_to_test_databases(suffix=environment.NAME)
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 """The environment of a test process: what Quor's settings read, and everything a test
 run holds on this machine, given to each pytest-xdist worker apart.
 
-A worker is a slot (0 without xdist, N + 1 for worker gwN). Each slot has its own
+A worker is a slot (0 without xdist, N + 1 for worker gwN, or the slot QUOR_TEST_SLOT
+names for a run without xdist beside another run). Each slot has its own
 block of ports, Redis database, deployment name (Docker containers, volumes, network,
 labels, Redis channels), sandbox subnet, test database (pytest-django's `_gwN`
 suffix) and directory under /tmp/quor-test: workers share nothing by accident, and a
@@ -27,8 +28,16 @@ def slot_of(worker: str) -> int:
 
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
-SLOT = slot_of(WORKER)
-NAME = WORKER or "main"
+if not WORKER and os.environ.get("QUOR_TEST_SLOT"):
+    # A second checkout's run beside another one (which uses slots up to its -n): a slot of
+    # its own, named like no xdist worker.
+    SLOT = int(os.environ["QUOR_TEST_SLOT"])
+    if not 0 < SLOT < MAX_SLOTS:
+        raise RuntimeError(f"QUOR_TEST_SLOT must be 1 to {MAX_SLOTS - 1}")
+    NAME = f"slot{SLOT}"
+else:
+    SLOT = slot_of(WORKER)
+    NAME = WORKER or "main"
 RUN_DIR = Path("/tmp/quor-test") / NAME  # logs, file store, CAs of this worker
 
 # A block of 200 ports per slot, far below the kernel's ephemeral ports (32768 and up):
