@@ -7,6 +7,7 @@ it, and viewers, colleagues and strangers asking the real web app proxy
 import asyncio
 import contextlib
 import http.client
+import http.server
 import json
 import os
 import selectors
@@ -435,45 +436,60 @@ def test_a_host_pointing_elsewhere_still_reaches_only_the_clients_loopback_port(
     assert local_server.requests[-1]["headers"]["Host"] == f"localhost:{local_server.port}"
 
 
-def test_the_client_relays_only_origin_form_requests_and_only_to_its_loopback_port(
-    local_server,
-):
-    """The client on its own, against a stand-in for Quor that sends it what the proxy
-    never would: absolute and authority targets (answered 400, nothing connected) and a
-    Host naming another listener (relayed to the client's port all the same)."""
-    elsewhere = socket.create_server(("127.0.0.1", 0))
-    elsewhere.settimeout(0.5)
-    other = elsewhere.getsockname()[1]
-    answers = {}
+def relay_to_the_client(port: int, streams: dict[bytes, list[bytes]]) -> dict[bytes, bytes]:
+    """Runs the real client against a stand-in for Quor that sends it, on each stream,
+    the given data frames (whatever the real proxy would or would not send), and returns
+    what the client answered on each once all have ended."""
+    answers = {stream: b"" for stream in streams}
+    closed = set()
 
     async def quor(websocket):
         await websocket.send(json.dumps({"url": "http://tx.test/", "expires_at": "soon"}))
-        requests = {
-            b"a" * 16: f"GET http://127.0.0.1:{other}/ HTTP/1.1\r\nHost: x\r\n\r\n",
-            b"b" * 16: f"CONNECT 127.0.0.1:{other} HTTP/1.1\r\nHost: x\r\n\r\n",
-            b"c" * 16: f"GET /fine HTTP/1.1\r\nHost: 127.0.0.1:{other}\r\n\r\n",
-        }
-        for stream, request in requests.items():
+        for stream, frames in streams.items():
             await websocket.send(b"o" + stream)
-            await websocket.send(b"d" + stream + request.encode())
-        while len(answers) < 3:
+            for data in frames:
+                await websocket.send(b"d" + stream + data)
+        while len(closed) < len(streams):
             frame = await websocket.recv()
             stream = frame[1:17]
             if frame[:1] == b"d":
-                answers[stream] = answers.get(stream, b"") + frame[17:]
+                answers[stream] += frame[17:]
+            elif frame[:1] == b"c":
+                closed.add(stream)
         await websocket.send(json.dumps({"closed": "test"}))
 
     async def run():
         async with websocket_serve(quor, "127.0.0.1", 0) as server:
-            port = server.sockets[0].getsockname()[1]
+            relay = server.sockets[0].getsockname()[1]
             process = await asyncio.create_subprocess_exec(
-                str(QUOR_CLI), "tunnel", str(local_server.port), "--url",
-                f"http://127.0.0.1:{port}", env={**os.environ, "QUOR_TOKEN": "t"},
+                str(QUOR_CLI), "tunnel", str(port), "--url", f"http://127.0.0.1:{relay}",
+                env={**os.environ, "QUOR_TOKEN": "t"},
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
             await asyncio.wait_for(process.wait(), 20)
 
     asyncio.run(run())
+    return answers
+
+
+def test_the_client_relays_only_origin_form_requests_and_only_to_its_loopback_port(
+    local_server,
+):
+    """The client on its own, sent what the proxy never would: absolute and authority
+    targets (answered 400, nothing connected) and a Host naming another listener
+    (relayed to the client's port all the same)."""
+    elsewhere = socket.create_server(("127.0.0.1", 0))
+    elsewhere.settimeout(0.5)
+    other = elsewhere.getsockname()[1]
+
+    answers = relay_to_the_client(
+        local_server.port,
+        {
+            b"a" * 16: [f"GET http://127.0.0.1:{other}/ HTTP/1.1\r\nHost: x\r\n\r\n".encode()],
+            b"b" * 16: [f"CONNECT 127.0.0.1:{other} HTTP/1.1\r\nHost: x\r\n\r\n".encode()],
+            b"c" * 16: [f"GET /fine HTTP/1.1\r\nHost: 127.0.0.1:{other}\r\n\r\n".encode()],
+        },
+    )
 
     assert answers[b"a" * 16].startswith(b"HTTP/1.1 400 ")
     assert answers[b"b" * 16].startswith(b"HTTP/1.1 400 ")
@@ -482,6 +498,118 @@ def test_the_client_relays_only_origin_form_requests_and_only_to_its_loopback_po
     with pytest.raises(TimeoutError):
         elsewhere.accept()
     elsewhere.close()
+
+
+def test_nothing_after_a_requests_end_reaches_the_local_port_whatever_the_relay_sends(
+    local_server,
+):
+    """A second request on a stream, after a body of its declared length or after the
+    last chunk, however the bytes are split into frames: the local server gets each
+    stream's first request only, with its body, and never the absolute-form one."""
+    smuggled = (
+        b"GET http://127.0.0.1:1/admin HTTP/1.1\r\nHost: x\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n"
+    )
+    posted = b"POST /posted HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello" + smuggled
+    chunked = (
+        b"POST /chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"3;ext=1\r\nabc\r\n4\r\ndefg\r\n0\r\nX-Trailer: 1\r\n\r\n" + smuggled
+    )
+    answers = relay_to_the_client(
+        local_server.port,
+        {
+            b"a" * 16: [b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n" + smuggled],
+            b"b" * 16: [posted[i : i + 7] for i in range(0, len(posted), 7)],
+            b"c" * 16: [chunked[i : i + 5] for i in range(0, len(chunked), 5)],
+        },
+    )
+
+    assert all(answer.startswith(b"HTTP/1.1 200 ") for answer in answers.values()), answers
+    assert sorted((each["target"], each["body"]) for each in local_server.requests) == [
+        ("/chunked", 7),
+        ("/first", 0),
+        ("/posted", 5),
+    ]
+
+
+def test_a_malformed_or_ambiguous_request_is_answered_400_and_never_reaches_the_local_port(
+    local_server,
+):
+    heads = [
+        b"POST /x HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"POST /x HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+        b"POST /x HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        b"GET /x HTTP/1.1\r\nBad Header: 1\r\n\r\n",
+        b"GET /x HTTP/1.1\r\n folded: 1\r\n\r\n",
+        b"GET /x\x00y HTTP/1.1\r\n\r\n",
+        b"GET /x HTTP/2.0\r\n\r\n",
+    ]
+    streams = {b"%016d" % index: [head] for index, head in enumerate(heads)}
+
+    answers = relay_to_the_client(local_server.port, streams)
+
+    assert all(answer.startswith(b"HTTP/1.1 400 ") for answer in answers.values()), answers
+    assert local_server.requests == []
+
+
+class BodyIgnoringServer:
+    """A development server as many are: Python's http.server speaking HTTP/1.1, which
+    answers without reading the request's body and keeps the connection for the next
+    request. It records every request line it parses."""
+
+    def __init__(self):
+        self.lines = []
+        self.connections_ended = threading.Semaphore(0)
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def answer(self):
+                server.lines.append(self.requestline)
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            do_GET = do_POST = answer
+
+            def finish(self):
+                super().finish()
+                server.connections_ended.release()
+
+            def log_message(self, *args):
+                pass
+
+        self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.http.server_address[1]
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.http.shutdown()
+        self.http.server_close()
+
+
+def test_a_body_that_looks_like_a_request_reaches_the_local_server_only_as_a_body(
+    web, proxy, owner, open_tunnel
+):
+    """From outside: a viewer's POST whose body is an absolute-form request. The local
+    server never reads the body, so before the client framed requests itself it took the
+    body for the connection's next request."""
+    local = BodyIgnoringServer()
+    try:
+        client = open_tunnel(web, local.port, token_of(owner))
+        cookie = cookie_for(proxy, owner, client)
+        body = f"GET http://127.0.0.1:{PORTS.WEB}/admin/ HTTP/1.1\r\nHost: x\r\n\r\n"
+
+        response = fetch(
+            proxy, client.host, "/form", method="POST", body=body, headers={"Cookie": cookie}
+        )
+
+        assert response.status == 200 and response.body == b"ok"
+        assert local.connections_ended.acquire(timeout=20), "the local connection never ended"
+        assert local.lines == ["POST /form HTTP/1.1"]
+    finally:
+        local.stop()
 
 
 def test_the_tunnel_ends_at_its_ttl_and_its_route_with_it(

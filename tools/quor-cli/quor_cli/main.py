@@ -3,8 +3,9 @@
 The client connects out to Quor over a WebSocket with an API token (QUOR_TOKEN, from
 the environment so that it stays out of `ps`), prints the URL Quor gives it, and relays
 each request Quor's web app proxy sends to 127.0.0.1:PORT, and nowhere else. Each
-relayed stream is one request (or one WebSocket); its request line is read first and
-anything but an origin-form target (`/path`) is answered 400 without connecting.
+relayed stream is one request (or one WebSocket), parsed and checked whole by the client
+(RequestReader) whatever the relay sends: anything but an origin-form target (`/path`) is
+answered 400 without connecting, and nothing after the request's end reaches the port.
 
 Frames from Quor (binary): one byte for the kind (`o` open, `d` data, `c` close), the
 stream's 16 characters, then the data; text frames say what Quor refused or why the
@@ -15,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import sys
 from urllib.parse import urlsplit
 
@@ -23,9 +25,21 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 
 LOOPBACK = "127.0.0.1"
 STREAM_ID_CHARS = 16
-# A request line longer than this is refused.
-MAX_REQUEST_LINE = 16 * 1024
+# A request's line and headers together; more is refused.
+MAX_HEAD = 64 * 1024
+# A chunk-size line (with its extensions); more is refused.
+MAX_CHUNK_LINE = 1024
+# What the relay may send after a WebSocket upgrade request before the local server
+# answers it.
+MAX_EARLY_BYTES = 64 * 1024
 READ_BYTES = 64 * 1024
+UPGRADE_ACCEPTED = b"HTTP/1.1 101 "
+TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# Headers about the connection or the body's framing: the client writes its own.
+FRAMING_HEADERS = {
+    b"connection", b"keep-alive", b"proxy-connection", b"host", b"transfer-encoding",
+    b"content-length", b"upgrade", b"te", b"trailer",
+}  # fmt: skip
 
 
 def _plain(status: str, text: str) -> bytes:
@@ -38,25 +52,181 @@ BAD_REQUEST = _plain("400 Bad Request", "only origin-form request targets are re
 BAD_GATEWAY = _plain("502 Bad Gateway", "nothing answers on the local port")
 
 
+class Refused(Exception):
+    """What the relay sent is not a request the client relays."""
+
+
 def origin_form(request_line: bytes) -> bool:
-    """`METHOD /path HTTP/x`: never an absolute URL, `host:port` or `*`, nor `//host`."""
+    """`METHOD /path HTTP/1.x`: never an absolute URL, `host:port` or `*`, nor `//host`."""
     parts = request_line.split(b" ")
     return (
         len(parts) == 3
+        and TOKEN.fullmatch(parts[0]) is not None
         and parts[1].startswith(b"/")
         and parts[1][1:2] not in (b"/", b"\\")
-        and parts[2].startswith(b"HTTP/")
+        and all(0x21 <= byte <= 0x7E for byte in parts[1])
+        and parts[2] in (b"HTTP/1.1", b"HTTP/1.0")
     )
 
 
+class RequestReader:
+    """One request out of the bytes a stream brings, parsed and checked before any of it
+    reaches the local port: the head is written anew (`Connection: close`, the client's
+    own framing and Host), the body framed by its own length or chunks, and everything
+    after the request's end dropped. So the local server gets one request a stream, and
+    a body it leaves unread is never taken for another request: it closes the
+    connection after its answer."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.buffer = b""
+        self.state = "head"
+        self.left = 0  # of a Content-Length body or of the current chunk
+        self.websocket = False
+        self.early = b""  # after a WebSocket upgrade, until the local server agrees
+
+    @property
+    def started(self) -> bool:
+        return self.state != "head"
+
+    def feed(self, data: bytes) -> bytes:
+        """The bytes to write to the local server now (Refused: write nothing more)."""
+        self.buffer += data
+        out = []
+        while self.buffer and self.state not in ("done", "upgrading", "upgraded"):
+            step = getattr(self, f"_{self.state}")()
+            if step is None:
+                break
+            out.append(step)
+        if self.state == "upgrading":
+            self.early += self.buffer
+            self.buffer = b""
+            if len(self.early) > MAX_EARLY_BYTES:
+                raise Refused("too much sent before the WebSocket was accepted")
+        elif self.state == "upgraded":
+            out.append(self.early + self.buffer)
+            self.early = self.buffer = b""
+        elif self.state == "done":
+            self.buffer = b""  # never a second request
+        return b"".join(out)
+
+    def upgrade_answered(self, accepted: bool) -> bytes:
+        """The local server's answer to a WebSocket upgrade: from a 101 on, the stream is
+        the WebSocket's bytes; otherwise nothing more is relayed."""
+        if self.state != "upgrading":
+            return b""
+        self.state = "upgraded" if accepted else "done"
+        early, self.early = (self.early, b"") if accepted else (b"", b"")
+        return early
+
+    def _head(self) -> bytes | None:
+        head, found, rest = self.buffer.partition(b"\r\n\r\n")
+        if not found:
+            if len(self.buffer) > MAX_HEAD:
+                raise Refused("the request's head is too large")
+            return None
+        if len(head) > MAX_HEAD:
+            raise Refused("the request's head is too large")
+        line, *lines = head.split(b"\r\n")
+        if not origin_form(line):
+            raise Refused("not an origin-form request line")
+        headers = []
+        for each in lines:
+            name, colon, value = each.partition(b":")
+            if not colon or TOKEN.fullmatch(name) is None or b"\n" in each or b"\r" in each:
+                raise Refused("a malformed header line")
+            headers.append((name.lower(), value.strip(b" \t")))
+        written = [line, *(b"%s: %s" % pair for pair in headers if pair[0] not in FRAMING_HEADERS)]
+        written.append(b"Host: localhost:%d" % self.port)
+        written += self._framing(line.split(b" ")[0], headers)
+        self.buffer = rest
+        return b"\r\n".join([*written, b"", b""])
+
+    def _framing(self, method: bytes, headers) -> list[bytes]:
+        values = {}
+        for name, value in headers:
+            values.setdefault(name, []).append(value)
+        encodings = values.get(b"transfer-encoding", [])
+        lengths = values.get(b"content-length", [])
+        upgrade = b",".join(values.get(b"upgrade", [])).lower()
+        if encodings and lengths:
+            raise Refused("both Transfer-Encoding and Content-Length")
+        if encodings:
+            if [value.lower() for value in encodings] != [b"chunked"]:
+                raise Refused("a Transfer-Encoding other than chunked")
+            self.state = "chunk_size"
+            return [b"Transfer-Encoding: chunked", b"Connection: close"]
+        if len(lengths) > 1 or (lengths and not lengths[0].isdigit()):
+            raise Refused("a Content-Length that is not one number")
+        self.left = int(lengths[0]) if lengths else 0
+        if method == b"GET" and upgrade == b"websocket" and not self.left:
+            self.websocket = True
+            self.state = "upgrading"
+            return [b"Connection: Upgrade", b"Upgrade: websocket"]
+        self.state = "body" if self.left else "done"
+        return [b"Content-Length: %d" % self.left, b"Connection: close"]
+
+    def _take(self) -> bytes:
+        """What is buffered of the body's (or the chunk's) remaining bytes."""
+        piece, self.buffer = self.buffer[: self.left], self.buffer[self.left :]
+        self.left -= len(piece)
+        return piece
+
+    def _body(self) -> bytes:
+        piece = self._take()
+        if not self.left:
+            self.state = "done"
+        return piece
+
+    def _chunk_size(self) -> bytes | None:
+        line, found, rest = self.buffer.partition(b"\r\n")
+        if not found:
+            if len(self.buffer) > MAX_CHUNK_LINE:
+                raise Refused("a chunk-size line too long")
+            return None
+        size = line.split(b";", 1)[0].strip(b" \t")
+        if not size or len(size) > 16 or any(c not in b"0123456789abcdefABCDEF" for c in size):
+            raise Refused("a malformed chunk size")
+        self.left = int(size, 16)
+        self.buffer = rest
+        self.state = "chunk_data" if self.left else "trailers"
+        return b"%x\r\n" % self.left if self.left else b""
+
+    def _chunk_data(self) -> bytes | None:
+        if self.left:
+            return self._take()
+        if len(self.buffer) < 2:
+            return None
+        if self.buffer[:2] != b"\r\n":
+            raise Refused("a chunk longer than its size")
+        self.buffer = self.buffer[2:]
+        self.state = "chunk_size"
+        return b"\r\n"
+
+    def _trailers(self) -> bytes | None:
+        """Trailers are read and dropped: the local server gets none."""
+        if self.buffer.startswith(b"\r\n"):
+            self.buffer = self.buffer[2:]
+            self.state = "done"
+            return b"0\r\n\r\n"
+        _, found, rest = self.buffer.partition(b"\r\n\r\n")
+        if not found:
+            if len(self.buffer) > MAX_HEAD:
+                raise Refused("trailers too large")
+            return None
+        self.buffer = rest
+        self.state = "done"
+        return b"0\r\n\r\n"
+
+
 class LocalStream:
-    """One relayed request: its head is read until the request line is whole, then a
-    connection to the loopback port gets it and everything after."""
+    """One relayed request: read and checked (RequestReader) before a connection to the
+    loopback port is opened, then written to it as it is read."""
 
     def __init__(self, tunnel: "Tunnel", stream_id: bytes):
         self.tunnel = tunnel
         self.id = stream_id
-        self.head = b""
+        self.request = RequestReader(tunnel.port)
         self.writer = None
         self.pump = None
         self.refused = False
@@ -64,22 +234,22 @@ class LocalStream:
     async def data(self, payload: bytes) -> None:
         if self.refused:
             return
-        if self.writer is not None:
-            self.writer.write(payload)
-            return
-        self.head += payload
-        line, found, _ = self.head.partition(b"\r\n")
-        if not found and len(self.head) <= MAX_REQUEST_LINE:
-            return
-        if not found or not origin_form(line):
-            return await self.answer(BAD_REQUEST)
         try:
-            reader, self.writer = await asyncio.open_connection(LOOPBACK, self.tunnel.port)
-        except OSError:
-            return await self.answer(BAD_GATEWAY)
-        self.writer.write(self.head)
-        self.head = b""
-        self.pump = asyncio.create_task(self.relay(reader))
+            out = self.request.feed(payload)
+        except Refused as refusal:
+            if self.writer is not None:  # a body gone wrong: the local request is cut off
+                print(f"quor tunnel: a stream was cut off ({refusal})", file=sys.stderr)
+                self.refused = True
+                return self.close()
+            return await self.answer(BAD_REQUEST)
+        if self.writer is None and self.request.started:
+            try:
+                reader, self.writer = await asyncio.open_connection(LOOPBACK, self.tunnel.port)
+            except OSError:
+                return await self.answer(BAD_GATEWAY)
+            self.pump = asyncio.create_task(self.relay(reader))
+        if out:
+            self.writer.write(out)
 
     async def answer(self, response: bytes) -> None:
         """Answered without the local server, which never sees the request."""
@@ -89,8 +259,15 @@ class LocalStream:
         self.tunnel.streams.pop(self.id, None)
 
     async def relay(self, reader: asyncio.StreamReader) -> None:
+        status_line = b""  # of a WebSocket upgrade's answer, until it says 101 or not
         try:
             while data := await reader.read(READ_BYTES):
+                if self.request.websocket and len(status_line) < len(UPGRADE_ACCEPTED):
+                    status_line += data[: len(UPGRADE_ACCEPTED)]
+                    if len(status_line) >= len(UPGRADE_ACCEPTED):
+                        accepted = status_line.startswith(UPGRADE_ACCEPTED)
+                        if early := self.request.upgrade_answered(accepted):
+                            self.writer.write(early)
                 await self.tunnel.send(b"d", self.id, data)
         except (OSError, ConnectionClosed):
             pass
