@@ -1,6 +1,7 @@
 """The one settings module. Every setting comes from the environment, has a safe
 development default and a row in the README's configuration table."""
 
+import ipaddress
 import os
 import socket
 from pathlib import Path
@@ -426,6 +427,16 @@ QUOR_WEBAPP_BASE_URL = env("QUOR_WEBAPP_BASE_URL", "http://localhost:8001")
 # Address (host:port) `manage.py run_webapp_proxy` listens on; QUOR_WEBAPP_BASE_URL's
 # wildcard host (through a TLS-terminating proxy in production) leads there.
 QUOR_WEBAPP_PROXY_BIND = env("QUOR_WEBAPP_PROXY_BIND", "127.0.0.1:8001")
+# Front proxies (addresses or networks) whose X-Forwarded-For the web app proxy reads for
+# a visitor's address (webapps.gate.client_address); from any other peer it is ignored.
+QUOR_WEBAPP_TRUSTED_PROXIES = envlist("QUOR_WEBAPP_TRUSTED_PROXIES", "")
+for _entry in QUOR_WEBAPP_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_entry, strict=False)
+    except ValueError:
+        raise ConfigurationError(
+            f"QUOR_WEBAPP_TRUSTED_PROXIES: not an address or network: {_entry!r}"
+        ) from None
 # Seconds a viewer's web app cookie stays valid before a new hand-off from Quor.
 QUOR_WEBAPP_COOKIE_SECONDS = envint("QUOR_WEBAPP_COOKIE_SECONDS", 12 * 3600)
 # Longest life a public link to a web app may be given, in days.

@@ -1,5 +1,6 @@
 """Public links' quotas, counted in Redis so that every web app proxy process shares
-them: requests per fixed minute, bytes served over the link's life, and sign-in
+them: requests per fixed minute, bytes served over the link's life (taken before they
+are written, so parallel requests and processes cannot serve more), and sign-in
 attempts (passwords, email codes asked for and given) per visitor address. The proxy
 asks here on each visitor request (asyncio: the proxy's event loop never waits on a
 socket).
@@ -36,6 +37,24 @@ return 0
 """
 
 
+# KEYS[1]: bytes served. ARGV: bytes wanted, bandwidth, 1 if all or nothing, when the
+# count expires (a Unix time). Returns the bytes taken: all wanted, what is left of the
+# bandwidth if less (0 when all or nothing).
+_TAKE_BYTES = """
+local room = tonumber(ARGV[2]) - tonumber(redis.call('GET', KEYS[1]) or '0')
+local want = tonumber(ARGV[1])
+if want > room then
+  if ARGV[3] == '1' or room <= 0 then
+    return 0
+  end
+  want = room
+end
+redis.call('INCRBY', KEYS[1], want)
+redis.call('EXPIREAT', KEYS[1], ARGV[4])
+return want
+"""
+
+
 @functools.cache
 def redis_client() -> redis.asyncio.Redis:
     """One pool per proxy process (one event loop: `manage.py run_webapp_proxy`)."""
@@ -49,7 +68,16 @@ def _take_request_script():
     return redis_client().register_script(_TAKE_REQUEST)
 
 
+@functools.cache
+def _take_bytes_script():
+    return redis_client().register_script(_TAKE_BYTES)
+
+
 REQUESTS_USED_UP, BANDWIDTH_USED_UP = 1, 2
+
+
+def _bytes_key(link) -> str:
+    return f"{KEY_PREFIX}{link.pk}:bytes"
 
 
 async def request_take(link) -> tuple[int, int]:
@@ -57,7 +85,7 @@ async def request_take(link) -> tuple[int, int]:
     seconds until the next minute) or (BANDWIDTH_USED_UP, 0): that never comes back."""
     now = time.time()
     minute = int(now // 60)
-    keys = [f"{KEY_PREFIX}{link.pk}:requests:{minute}", f"{KEY_PREFIX}{link.pk}:bytes"]
+    keys = [f"{KEY_PREFIX}{link.pk}:requests:{minute}", _bytes_key(link)]
     refused = await _take_request_script()(
         keys=keys, args=[link.requests_per_minute, link.bandwidth_bytes]
     )
@@ -66,13 +94,18 @@ async def request_take(link) -> tuple[int, int]:
     return int(refused), 0
 
 
-async def bytes_add(link_id, size: int, expires_at) -> None:
-    """Counts bytes served to visitors; the count lives as long as the link."""
-    key = f"{KEY_PREFIX}{link_id}:bytes"
-    async with redis_client().pipeline(transaction=True) as pipe:
-        pipe.incrby(key, size)
-        pipe.expireat(key, int(expires_at.timestamp()) + 60)
-        await pipe.execute()
+async def bytes_take(link, size: int, *, whole: bool) -> int:
+    """Takes up to `size` bytes of the link's bandwidth for a visitor's connection to
+    write, before it writes them; returns how many it may write (all or none if
+    `whole`). The count lives as long as the link."""
+    expires = int(link.expires_at.timestamp()) + 60
+    args = [size, link.bandwidth_bytes, int(whole), expires]
+    return int(await _take_bytes_script()(keys=[_bytes_key(link)], args=args))
+
+
+async def bytes_give_back(link, size: int) -> None:
+    """What a connection took and did not write (its response was shorter, or ended)."""
+    await redis_client().decrby(_bytes_key(link), size)
 
 
 async def sign_in_attempt_take(link_id, address: str) -> bool:

@@ -28,8 +28,8 @@ from django.template.loader import render_to_string
 from django.templatetags.static import static
 
 from quor.lib import metrics
+from webapps import gate, link_codes, link_quotas, services, tunnels
 from webapps import headers as header_rules
-from webapps import link_codes, link_quotas, services, tunnels
 from webapps.relay import Relay, TunnelAddress
 
 logger = logging.getLogger(__name__)
@@ -61,13 +61,19 @@ NOT_FOUND = b"Not found.\n"
 MAX_FORM_BYTES = 4096
 # Threads of a proxy process that send public links' codes by mail (SMTP blocks).
 MAIL_THREADS = 2
-# Bytes served to a link's visitors are added to its count in Redis at least this often.
-LINK_BYTES_FLUSH = 1024 * 1024
+# A visitor's connection takes this much of its link's bandwidth at a time (Redis), or a
+# response's whole length when it is known.
+LINK_GRANT_BYTES = 256 * 1024
 REASONS = {status.value: status.phrase for status in http.HTTPStatus}
 LAST_CHUNK = b"0\r\n\r\n"
 # How a response body is framed: its own Content-Length (or none at all), re-chunked,
 # or ended by closing the connection.
 AS_IS, CHUNKED, UNTIL_CLOSE = "as-is", "chunked", "until-close"
+
+
+@functools.cache
+def _trusted_proxies() -> tuple[gate.Network, ...]:
+    return gate.trusted_networks(settings.QUOR_WEBAPP_TRUSTED_PROXIES)
 
 
 def _viewer_id(cookie_header: str, label: str) -> int | None:
@@ -414,7 +420,6 @@ class WebAppProxy:
             while self._tunnels:
                 await asyncio.sleep(ACCESS_CACHE_SECONDS)
                 for viewer, (user_id, label) in list(self._tunnels.items()):
-                    viewer.link_bytes_flush()
                     try:
                         if user_id is None:  # a public link's visitor: the link, afresh
                             webapp = (await _link_for(label))[0]
@@ -570,7 +575,12 @@ class ViewerConnection(asyncio.Protocol):
         self.idle = None
         self.last_active = 0.0
         self.link = None  # the public link a visitor's current request or tunnel uses
-        self.link_bytes = 0  # served on it and not yet counted in Redis
+        self.link_granted = 0  # bytes taken of its bandwidth and not written yet
+        self.link_waiting: list[bytes] = []  # written while more was being taken
+        self.link_whole = 0  # a response's known length: taken all at once, or refused
+        self.link_paused = None  # the transport not read while link_waiting waits
+        self.link_sent = False  # a byte of the current response left: too late for a 429
+        self.finish_waiting = None  # (request, close) once link_waiting is written
 
     # --- the viewer's socket --------------------------------------------------------------
 
@@ -582,7 +592,7 @@ class ViewerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc):
         self.closed = True
-        self.link_bytes_flush()
+        self.link_release()
         self.proxy.tunnel_closed(self)
         if self.idle is not None:
             self.idle.cancel()
@@ -621,7 +631,7 @@ class ViewerConnection(asyncio.Protocol):
 
     def resume_writing(self):
         self.writing_paused = False
-        if self.app is not None and not self.app.closing():
+        if self.app is not None and not self.app.closing() and not self.link_waiting:
             self.app.transport.resume_reading()
 
     def pause(self, reason: str) -> None:
@@ -635,8 +645,11 @@ class ViewerConnection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def write(self, data: bytes) -> None:
-        if self.link is not None:  # counted when written, held or not: finish() counts it
-            self.link_bytes += len(data)
+        if self.link is not None:
+            if self.link_waiting or self.link_whole or len(data) > self.link_granted:
+                return self.link_wait(data)
+            self.link_granted -= len(data)
+            self.link_sent = True
         if self.held is not None:
             self.held.append(data)
         else:
@@ -645,19 +658,101 @@ class ViewerConnection(asyncio.Protocol):
     def send(self, data: bytes) -> None:
         if not self.closed:
             self.transport.write(data)
-            if self.link_bytes >= LINK_BYTES_FLUSH:
-                self.link_bytes_flush()
 
-    def link_bytes_flush(self) -> None:
-        """Adds what the link served to its count in Redis, shared by every proxy
-        process (checked before each of the link's requests)."""
-        if self.link is None or not self.link_bytes:
+    # --- a public link's bandwidth: taken before it is written ---------------------------------
+
+    def link_wait(self, data: bytes) -> None:
+        """Bytes past what this connection took of the link's bandwidth wait, in order,
+        the app unread meanwhile, until more is taken from the count every proxy process
+        shares: together they never write more than the link may serve."""
+        self.link_waiting.append(data)
+        if len(self.link_waiting) > 1:
             return
-        size, self.link_bytes = self.link_bytes, 0
-        self.proxy.background(
-            link_quotas.bytes_add(self.link.pk, size, self.link.expires_at),
-            "could not count a public link's bytes",
-        )
+        self.link_paused = self.upstream()
+        if self.link_paused is not None:
+            self.link_paused.pause_reading()
+        self.proxy.background(self.link_take(), "could not take a public link's bandwidth")
+
+    async def link_take(self) -> None:
+        link, error = self.link, None
+        while self.link_waiting and not self.closed:
+            want = sum(map(len, self.link_waiting)) - self.link_granted
+            whole, self.link_whole = self.link_whole, 0
+            try:
+                if whole:
+                    got = await link_quotas.bytes_take(link, max(whole, want), whole=True)
+                else:
+                    got = await link_quotas.bytes_take(
+                        link, max(want, LINK_GRANT_BYTES), whole=False
+                    )
+            except Exception as failure:  # Redis: a quota it cannot count is not one
+                got, error = 0, failure
+            if self.closed:  # nothing more is written: what was taken goes back
+                self.link_granted += got
+                self.link_release()
+                return self.link_unread_close()
+            self.link_granted += got
+            while self.link_waiting and len(self.link_waiting[0]) <= self.link_granted:
+                data = self.link_waiting.pop(0)
+                self.link_granted -= len(data)
+                self.link_sent = True
+                self.send(data)
+            if self.link_waiting and not got:
+                return self.link_spent(error)
+        # The app's connection, even if its response ended meanwhile (kept for another);
+        # while the viewer's socket is full, resume_writing resumes the current one.
+        paused, self.link_paused = self.link_paused, None
+        if paused is not None and not (self.writing_paused and paused is self.upstream()):
+            paused.resume_reading()
+        if self.finish_waiting is not None:
+            request, close = self.finish_waiting
+            self.finish_waiting = None
+            self.finish(request, close=close)
+
+    def link_spent(self, error) -> None:
+        """The link's bandwidth ran out (or Redis could not say) before bytes of a
+        response: before its first byte the visitor gets 429 (503) instead; after, the
+        response is cut short, as the visitor's client then shows."""
+        if error is not None:
+            logger.warning("web app proxy: cannot count a public link's bytes (%s)", error)
+        else:
+            logger.info("web app proxy: a public link's bandwidth is used up")
+        self.link_waiting = []
+        self.finish_waiting = None
+        self.link_unread_close()
+        if self.app is not None:
+            self.app.close()
+            self.app = None
+        request = self.requests[0] if self.requests else None
+        if request is None or self.link_sent or self.tunnel is not None:
+            return self.close()
+        self.link_release()
+        if error is not None:
+            message = "Quor cannot count what this link serves right now. Try again."
+            return self.reply(request, 503, message, close=True)
+        self.reply(request, 429, "This link has served all it may serve.", close=True)
+
+    def link_unread_close(self) -> None:
+        """The app's connection whose bytes were not all written is closed, never kept
+        for another request (unread, it would hang that one)."""
+        paused, self.link_paused = self.link_paused, None
+        if paused is not None:
+            paused.close()
+
+    def link_release(self) -> None:
+        """The link's bytes taken and not written go back to its count."""
+        if self.link is not None and self.link_granted:
+            self.proxy.background(
+                link_quotas.bytes_give_back(self.link, self.link_granted),
+                "could not give back a public link's bytes",
+            )
+        self.link, self.link_granted, self.link_whole = None, 0, 0
+
+    def upstream(self):
+        """The transport the response's bytes come from: the app's, or its WebSocket's."""
+        if self.tunnel is not None:
+            return self.tunnel
+        return self.app.transport if self.app is not None else None
 
     def hold_writes(self) -> None:
         self.held = []
@@ -795,10 +890,12 @@ class ViewerConnection(asyncio.Protocol):
             if link.visitor_auth != link.VisitorAuth.NONE:
                 headers, body = _sign_in_page(link.visitor_auth, request.target)
                 return self.respond(request, 401, headers, body)
-            await _visit_record(link, self.peer(), request.header("user-agent"), "")
+            await _visit_record(
+                link, self.visitor_address(request), request.header("user-agent"), ""
+            )
             request.set_cookie = services.link_visitor_cookie(link)
         request.viewer = (None, label)
-        self.link = link
+        self.link, self.link_sent = link, False
         self.proceed(request, label, link.webapp, address, waking)
 
     def link_visitor(self, request: Request, link) -> bool:
@@ -819,7 +916,8 @@ class ViewerConnection(asyncio.Protocol):
             query = parse_qs(request.target.partition("?")[2])
             headers, body = _sign_in_page(link.visitor_auth, query.get("next", ["/"])[0])
             return self.respond(request, 200, headers, body)
-        if not await link_quotas.sign_in_attempt_take(link.pk, self.peer() or ""):
+        attempts = gate.attempts_key(self.visitor_address(request))
+        if not await link_quotas.sign_in_attempt_take(link.pk, attempts):
             message = "Too many attempts from your address. Try again later."
             retry_after = link_quotas.SIGN_IN_WINDOW_SECONDS
             return self.reply(request, 429, message, retry_after=retry_after)
@@ -841,7 +939,9 @@ class ViewerConnection(asyncio.Protocol):
             headers, body = _sign_in_page(step, next_path, error=error, email=email)
             return self.respond(request, 403, headers, body)
         user_agent = request.header("user-agent")
-        await _visit_record(link, self.peer(), user_agent, link.visitor_auth, email)
+        await _visit_record(
+            link, self.visitor_address(request), user_agent, link.visitor_auth, email
+        )
         headers = [
             ("location", next_path),
             ("set-cookie", services.link_visitor_cookie(link, email)),
@@ -870,10 +970,12 @@ class ViewerConnection(asyncio.Protocol):
         headers, body = _sign_in_page("code", next_path, email=email)
         self.respond(request, 200, headers, body)
 
-    def peer(self) -> str | None:
-        """The visitor's address as the proxy sees it (behind a front proxy: its own)."""
+    def visitor_address(self, request: Request) -> str:
+        """The connection's address, or behind a trusted front proxy the visitor's it
+        names (QUOR_WEBAPP_TRUSTED_PROXIES)."""
         peername = self.transport.get_extra_info("peername") if self.transport else None
-        return peername[0] if peername else None
+        forwarded = [value for name, value in request.headers if name == "x-forwarded-for"]
+        return gate.client_address(peername[0] if peername else "", forwarded, _trusted_proxies())
 
     async def check_access(self, request, user_id, label):
         self.proceed(request, label, *await self.proxy.access(user_id, label))
@@ -1041,9 +1143,21 @@ class ViewerConnection(asyncio.Protocol):
             returned.append(("connection", "keep-alive"))
         request.responded = True
         request.status = status
-        self.write(_head(f"HTTP/1.1 {status} {REASONS.get(status, '')}", returned))
+        head = _head(f"HTTP/1.1 {status} {REASONS.get(status, '')}", returned)
+        if self.link is not None and request.framing == AS_IS:
+            self.link_expect(request, status, len(head), returned)
+        self.write(head)
         if request.method == "HEAD":  # the parser would wait for a body that never comes
             self.response_end(app, reusable=False)
+
+    def link_expect(self, request: Request, status: int, head: int, headers) -> None:
+        """A response of known length takes all its bytes of the link's bandwidth before
+        its head is written, so that one that does not fit gets 429, not half a body."""
+        length = dict(headers).get("content-length", "0").strip()
+        has_body = request.method != "HEAD" and status not in (204, 304) and length.isdigit()
+        total = head + (int(length) if has_body else 0)
+        if total > self.link_granted:
+            self.link_whole = total - self.link_granted
 
     def response_body(self, body: bytes) -> None:
         request = self.requests[0]
@@ -1106,11 +1220,13 @@ class ViewerConnection(asyncio.Protocol):
         self.resume("upgrade")
 
     def finish(self, request: Request, *, close: bool = False) -> None:
+        if self.link_waiting:  # its last bytes wait for the link's bandwidth
+            self.finish_waiting = (request, close)
+            return
         request.done = True
         self.log(request)
-        self.link_bytes_flush()
         if self.tunnel is None:
-            self.link = None
+            self.link_release()
         if close or not request.keep_alive:
             self.close()
         elif request.complete:

@@ -83,6 +83,18 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(chunk[: min(size, len(chunk))])
                 size -= len(chunk)
             return
+        if self.path.startswith("/chunked"):  # a body of unknown length
+            size = int(self.path.split("=")[1])
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            while size > 0:
+                piece = b"x" * min(size, 65536)
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                size -= len(piece)
+            self.wfile.write(b"0\r\n\r\n")
+            return
         if self.path == "/blob":
             header = self.headers.get("Range", "")
             if header.startswith("bytes="):

@@ -21,6 +21,7 @@ from quor.models import Organization
 from sandboxes.models import Session
 from tests.conftest import _start, _stop
 from tests.docker_helpers import wait_for_port
+from tests.environment import free_port
 from tests.webapps.conftest import PROXY, cookie_for, fetch
 from tests.webapps.test_webapp_proxy import HOSTILE_HEADERS
 from webapps import headers as header_rules
@@ -87,13 +88,14 @@ def visitor_cookie(response) -> str:
     return cookie.split(";")[0]
 
 
-def give_password(link, password, *, next_path="/echo"):
+def give_password(link, password, *, next_path="/echo", proxy=PROXY, headers=None):
     body = urlencode({"password": password, "next": next_path})
     return visit(
         link,
         webapps.LINK_PASSWORD_PATH,
+        proxy=proxy,
         method="POST",
-        headers={"Content-Type": "application/x-www-form-urlencoded"},
+        headers={"Content-Type": "application/x-www-form-urlencoded", **(headers or {})},
         body=body,
     )
 
@@ -178,6 +180,56 @@ def test_password_guesses_are_limited_across_proxy_processes(webapp, owner, seco
     assert set_cookies(locked) == []
 
 
+@pytest.fixture(scope="module")
+def proxy_behind_a_front_proxy(process_env):
+    """A web app proxy whose front proxy is this host (the tests' address): (host, port)."""
+    port = free_port()
+    process = _start(
+        [sys.executable, "manage.py", "run_webapp_proxy", "--bind", f"127.0.0.1:{port}"],
+        {**process_env, "QUOR_WEBAPP_TRUSTED_PROXIES": "127.0.0.0/8"},
+        "webapp-proxy-fronted",
+    )
+    wait_for_port("127.0.0.1", port)
+    yield "127.0.0.1", port
+    _stop(process)
+
+
+@pytest.mark.usefixtures("allowed")
+def test_behind_a_front_proxy_one_visitors_guesses_lock_out_that_visitor_only(
+    webapp, owner, proxy_behind_a_front_proxy
+):
+    """Every visitor comes through the front proxy's one address: before the trusted
+    proxy setting, one guesser locked every visitor of the link out."""
+    link = make_link(owner, webapp, visitor_auth="password", password=PASSWORD)
+    guesser = {"X-Forwarded-For": "203.0.113.5"}
+    forged = {"X-Forwarded-For": "198.51.100.7, 203.0.113.5"}  # the guesser claiming another
+    for _ in range(link_quotas.SIGN_IN_ATTEMPTS):
+        wrong = give_password(link, "a guess", proxy=proxy_behind_a_front_proxy, headers=guesser)
+        assert wrong.status == 403
+    for headers in (guesser, forged):
+        locked = give_password(link, PASSWORD, proxy=proxy_behind_a_front_proxy, headers=headers)
+        assert locked.status == 429
+
+    visitor = {"X-Forwarded-For": "198.51.100.7"}
+    right = give_password(link, PASSWORD, proxy=proxy_behind_a_front_proxy, headers=visitor)
+
+    assert right.status == 303
+    (opened,) = PublicLinkVisit.objects.filter(link=link)
+    assert opened.address == "198.51.100.7"
+
+
+@pytest.mark.usefixtures("allowed")
+def test_without_a_trusted_front_proxy_a_forged_x_forwarded_for_buys_no_more_guesses(webapp, owner):
+    link = make_link(owner, webapp, visitor_auth="password", password=PASSWORD)
+    for number in range(link_quotas.SIGN_IN_ATTEMPTS):
+        forged = {"X-Forwarded-For": f"198.51.100.{number}"}
+        assert give_password(link, "a guess", headers=forged).status == 403
+
+    locked = give_password(link, PASSWORD, headers={"X-Forwarded-For": "198.51.100.99"})
+
+    assert locked.status == 429
+
+
 @pytest.mark.usefixtures("allowed")
 def test_an_expired_link_is_refused_even_with_its_cookie(webapp, owner):
     link = make_link(owner, webapp)
@@ -256,17 +308,55 @@ def test_a_request_quota_used_up_in_one_proxy_holds_in_another(webapp, owner, se
 @pytest.mark.usefixtures("allowed")
 def test_a_bandwidth_quota_used_up_in_one_proxy_holds_in_another(webapp, owner, second_proxy):
     link = make_link(owner, webapp, bandwidth_bytes=200_000)
-    served = visit(link, "/stream?size=300000")
-    assert served.status == 200 and len(served.read()) == 300_000
+    served = visit(link, "/stream?size=150000")
+    assert served.status == 200 and len(served.read()) == 150_000
     counter = redis.Redis.from_url(settings.REDIS_URL)
-    key = f"{link_quotas.KEY_PREFIX}{link.pk}:bytes"
-    deadline = time.monotonic() + 10
-    while int(counter.get(key) or 0) < 300_000:  # counted after the response, in Redis
-        assert time.monotonic() < deadline, counter.get(key)
-        time.sleep(0.05)
-    refused = visit(link, "/stream?size=10", proxy=second_proxy)
-    assert refused.status == 429
-    assert b"served all" in refused.read()
+    assert 150_000 < int(counter.get(f"{link_quotas.KEY_PREFIX}{link.pk}:bytes")) < 151_000
+
+    too_large = visit(link, "/stream?size=100000", proxy=second_proxy)
+    assert too_large.status == 429
+    assert b"served all" in too_large.read()
+    assert visit(link, "/stream?size=10", proxy=second_proxy).read() == b"x" * 10
+
+
+@pytest.mark.usefixtures("allowed")
+def test_parallel_requests_in_two_proxies_never_serve_more_than_the_links_bandwidth(
+    webapp, owner, second_proxy
+):
+    """Each response's bytes are taken from the count before they are written: with the
+    count checked before a request and added after it, all eight were served whole."""
+    link = make_link(owner, webapp, bandwidth_bytes=300_000)
+    host = link_host(link)
+    connections = []
+    for number in range(8):
+        connection = socket.create_connection(second_proxy if number % 2 else PROXY, timeout=30)
+        connections.append(connection)
+    for connection in connections:  # all asked before any is answered
+        connection.sendall(f"GET /stream?size=100000 HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    answers = []
+    for connection in connections:
+        with connection:
+            response = http.client.HTTPResponse(connection)
+            response.begin()
+            answers.append((response.status, len(response.read())))
+
+    served = [size for status, size in answers if status == 200]
+    assert served == [100_000] * len(served) and 1 <= len(served) <= 2, answers
+    assert all(status == 429 for status, _ in answers if status != 200), answers
+
+
+@pytest.mark.usefixtures("allowed")
+def test_a_streamed_response_is_cut_where_the_links_bandwidth_ends(webapp, owner):
+    link = make_link(owner, webapp, bandwidth_bytes=150_000)
+    response = visit(link, "/chunked?size=400000")
+    assert response.status == 200  # its length was unknown: the head went first
+    with pytest.raises(http.client.IncompleteRead) as cut:
+        response.read()
+    assert 100_000 < len(cut.value.partial) <= 150_000
+
+    # What was taken and not written went back: less is left than the next response needs.
+    refused = visit(link, "/stream?size=65536")
+    assert refused.status == 429 and b"served all" in refused.read()
 
 
 # --- links restricted to email domains ------------------------------------------------------
