@@ -226,6 +226,30 @@ def parse_request_target(method: str, target: bytes) -> RequestTarget:
     return url
 
 
+_UNREADABLE_PARTS = {
+    "request_line": (
+        "The request line could not be read: send METHOD http://host/path HTTP/1.1,"
+        " or CONNECT host:port HTTP/1.1."
+    ),
+    "headers": (
+        "A header line could not be read: each is `Name: value`, a Content-Length"
+        " a number of bytes."
+    ),
+    "body": "The body could not be read: its chunked encoding is broken.",
+    None: (
+        "Not an HTTP/1.1 proxy request: send the whole URL (GET http://host/path HTTP/1.1)"
+        " or CONNECT host:port HTTP/1.1."
+    ),
+}
+
+
+def unreadable_request(part: str | None) -> Refusal:
+    """The answer to a request the proxy could not read, naming the part that broke
+    (`request_line`, `headers`, `body`); None: read whole, but no proxy request (a
+    `/path` where the whole URL belongs, an unknown HTTP version)."""
+    return Refusal(400, "egress.malformed_request", _UNREADABLE_PARTS[part])
+
+
 # --- identity ------------------------------------------------------------------------
 
 

@@ -20,7 +20,7 @@ from proxy.common.constants import DEFAULT_BUFFER_SIZE, DEFAULT_SSL_CONTEXT_OPTI
 from proxy.core.connection import TcpServerConnection
 from proxy.http.exception import HttpProtocolException, HttpRequestRejected
 from proxy.http.handler import HttpProtocolHandler
-from proxy.http.parser import HttpParser, httpParserTypes
+from proxy.http.parser import HttpParser, httpParserStates, httpParserTypes
 from proxy.http.proxy import HttpProxyBasePlugin, HttpProxyPlugin
 from proxy.http.url import Url
 
@@ -42,6 +42,7 @@ from egress.decisions import (
     parse_destination_host,
     parse_request_target,
     prepare_request,
+    unreadable_request,
     upstream_host_header,
 )
 from egress.directory import Directory
@@ -104,6 +105,84 @@ def _text(value) -> str:
     )
 
 
+def _proxy_authorization(request: HttpParser) -> str | None:
+    if not request.has_header(b"proxy-authorization"):
+        return None
+    return _text(request.header(b"proxy-authorization")) or None
+
+
+def _authenticated(context, proxy_authorization: str | None) -> tuple[str | None, Refusal | None]:
+    if context is None:
+        return None, Refusal(
+            403, "egress.unidentified_sandbox", "This address belongs to no sandbox."
+        )
+    try:
+        return authenticate(context, proxy_authorization), None
+    except Refusal as refusal:
+        return None, refusal
+
+
+def identify(directory: Directory, address: str, proxy_authorization: str | None):
+    """Who sent a request: (the sandbox at `address` or None, the principal its proxy
+    credentials name or None, the refusal if either is missing). A sandbox or session
+    made a moment ago may not be loaded yet: the directory is refreshed once first."""
+    if not directory.wait_until_ready(READY_WAIT_SECONDS):
+        return (
+            None,
+            None,
+            Refusal(503, "egress.not_ready", "The egress proxy is starting; retry shortly."),
+        )
+    context = directory.context_for(address)
+    principal, refusal = _authenticated(context, proxy_authorization)
+    if refusal is not None:
+        directory.refresh_soon()
+        context = directory.context_for(address)
+        principal, refusal = _authenticated(context, proxy_authorization)
+    return context, principal, refusal
+
+
+def session_of(principal: str | None) -> str | None:
+    if principal and principal.startswith(SESSION_PRINCIPAL_PREFIX):
+        return principal[len(SESSION_PRINCIPAL_PREFIX) :]
+    return None
+
+
+def record_decision(
+    state: _ProcessState,
+    request: HttpParser,
+    outcome: str,
+    *,
+    client_address: str,
+    context=None,
+    session_id: str | None = None,
+    destination=None,
+    refusal: Refusal | None = None,
+    credential_kind: str = "",
+) -> None:
+    """One audit record and one count of a decision: the plugin's, and proxy.py's
+    refusals of what it could not read (`EgressProtocolHandler`), alike."""
+    state.audit.record(
+        sandbox_id=context.sandbox_id if context else None,
+        session_id=session_id,
+        client_address=client_address,
+        # PostgreSQL text cannot hold NUL: one would lose the whole batch.
+        method=_text(request.method)[:16].replace("\x00", ""),
+        host=destination.host if destination else _text(request.host)[:253],
+        port=destination.port if destination else request.port,
+        path=_text(request.path) if not request.is_https_tunnel else "",
+        outcome=outcome,
+        code=refusal.code if refusal else "",
+        reason=refusal.reason if refusal else "",
+        addresses=list(destination.addresses) if destination else [],
+        credential_kind=credential_kind or "",
+    )
+    metrics.egress_decided(
+        outcome=outcome,
+        code=refusal.code if refusal else "",
+        network_policy=context.network_policy if context else "unknown",
+    )
+
+
 def _target_refusal(request: HttpParser) -> Refusal | None:
     """Why the request's target is malformed, as `read_request_targets` found it."""
     return getattr(request, "quor_refusal", None)
@@ -123,69 +202,35 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
     # --- helpers -------------------------------------------------------------------
 
     def _record(self, request, outcome, *, refusal=None, credential_kind=""):
-        context = self.context
-        session_id = self.session_id
-        destination = self.destination
-        self.state.audit.record(
-            sandbox_id=context.sandbox_id if context else None,
-            session_id=session_id,
+        record_decision(
+            self.state,
+            request,
+            outcome,
             client_address=self.client.addr[0],
-            # PostgreSQL text cannot hold NUL: one would lose the whole batch.
-            method=_text(request.method)[:16].replace("\x00", ""),
-            host=destination.host if destination else _text(request.host)[:253],
-            port=destination.port if destination else request.port,
-            path=_text(request.path) if not request.is_https_tunnel else "",
-            outcome=outcome,
-            code=refusal.code if refusal else "",
-            reason=refusal.reason if refusal else "",
-            addresses=list(destination.addresses) if destination else [],
-            credential_kind=credential_kind or "",
-        )
-        metrics.egress_decided(
-            outcome=outcome,
-            code=refusal.code if refusal else "",
-            network_policy=context.network_policy if context else "unknown",
+            context=self.context,
+            session_id=self.session_id,
+            destination=self.destination,
+            refusal=refusal,
+            credential_kind=credential_kind,
         )
 
     @property
     def session_id(self) -> str | None:
-        if self.principal and self.principal.startswith(SESSION_PRINCIPAL_PREFIX):
-            return self.principal[len(SESSION_PRINCIPAL_PREFIX) :]
-        return None
+        return session_of(self.principal)
 
     def _refuse(self, request, refusal: Refusal):
         self._record(request, EgressDecision.Outcome.BLOCKED, refusal=refusal)
         return rejection(refusal)
 
-    def _context(self):
-        directory = self.state.directory
-        if not directory.wait_until_ready(READY_WAIT_SECONDS):
-            raise Refusal(503, "egress.not_ready", "The egress proxy is starting; retry shortly.")
-        address = self.client.addr[0]
-        context = directory.context_for(address)
-        if context is None:
-            directory.refresh_soon()
-            context = directory.context_for(address)
-        if context is None:
-            raise Refusal(403, "egress.unidentified_sandbox", "This address belongs to no sandbox.")
-        return context
-
     # --- proxy.py hooks ------------------------------------------------------------
 
     def before_upstream_connection(self, request: HttpParser):
         try:
-            self.context = self._context()
-            header = (
-                request.header(b"proxy-authorization")
-                if request.has_header(b"proxy-authorization")
-                else None
+            self.context, self.principal, refusal = identify(
+                self.state.directory, self.client.addr[0], _proxy_authorization(request)
             )
-            try:
-                self.principal = authenticate(self.context, _text(header) if header else None)
-            except Refusal:
-                self.state.directory.refresh_soon()  # a session minted a moment ago
-                self.context = self._context()
-                self.principal = authenticate(self.context, _text(header) if header else None)
+            if refusal is not None:
+                raise refusal
             if (refusal := _target_refusal(request)) is not None:
                 raise refusal
             self.destination = decide_destination(
@@ -255,12 +300,8 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
         for name, value in prepared.set_headers.items():
             request.del_header(name.encode())
             request.add_header(name.encode(), value.encode())
-        if prepared.credential_kind == "quor_api" and self.principal.startswith(
-            SESSION_PRINCIPAL_PREFIX
-        ):
-            request.add_header(
-                SESSION_HEADER.encode(), self.principal[len(SESSION_PRINCIPAL_PREFIX) :].encode()
-            )
+        if prepared.credential_kind == "quor_api" and self.session_id:
+            request.add_header(SESSION_HEADER.encode(), self.session_id.encode())
         outcome = (
             EgressDecision.Outcome.INJECTED
             if prepared.credential_kind
@@ -332,32 +373,23 @@ class QuorEgressPlugin(HttpProxyBasePlugin):
         raise app_refusal(code, decision)
 
 
-class BodyTooLarge(HttpRequestRejected):
-    pass
-
-
 def cap_request_bodies(limit: int) -> None:
     """proxy.py buffers a whole request body before any plugin hook runs. Refuse a
     body over `limit` while it is parsed, so a sandbox cannot exhaust the proxy's
-    memory, and answer 413 (on a connection's first request, through
-    `answer_unreadable_first_requests`)."""
+    memory; `EgressProtocolHandler` answers 413 and records it."""
     original_body = HttpParser._process_body
     if getattr(original_body, "quor_capped", False):
         return
-    answer = rejection(
-        Refusal(413, "egress.body_too_large", f"Request bodies are limited to {limit} bytes.")
+    too_large = Refusal(
+        413, "egress.body_too_large", f"Request bodies are limited to {limit} bytes."
     )
 
     def process_body(self, raw):
         if self.type == httpParserTypes.REQUEST_PARSER:
             length = self.header(b"content-length") if self.has_header(b"content-length") else b"0"
             if int(length) > limit or len(self.body or b"") + len(raw) > limit:
-                raise BodyTooLarge(
-                    status_code=answer.status_code,
-                    reason=answer.reason,
-                    headers=answer.headers,
-                    body=answer.body,
-                )
+                self.quor_unreadable = too_large
+                raise too_large
         return original_body(self, raw)
 
     process_body.quor_capped = True
@@ -397,38 +429,77 @@ def read_request_targets() -> None:
     HttpParser.set_url = set_url
 
 
-def answer_unreadable_first_requests() -> None:
-    """On a connection's first request, proxy.py answers a bare `400 BAD REQUEST` to
-    what it cannot parse (a broken request line) or serve as a proxy request (a `/path`
-    target meant for a server, an unknown HTTP version). Answer JSON with a stable code
-    instead: a refusal raised while parsing (`BodyTooLarge`) answers itself."""
-    original_first = HttpProtocolHandler._parse_first_request
-    if getattr(original_first, "quor_answers", False):
-        return
-    not_a_proxy_request = rejection(
-        Refusal(
-            400,
-            "egress.malformed_request",
-            "Not an HTTP/1.1 proxy request: send the whole URL (GET http://host/path HTTP/1.1)"
-            " or CONNECT host:port HTTP/1.1.",
-        )
+_UNREAD_PARTS = {
+    httpParserStates.INITIALIZED: "request_line",
+    httpParserStates.LINE_RCVD: "headers",
+    httpParserStates.RCVING_HEADERS: "headers",
+    httpParserStates.HEADERS_COMPLETE: "body",
+    httpParserStates.RCVING_BODY: "body",
+}
+
+
+def _unreadable(request: HttpParser) -> Refusal:
+    """Why proxy.py could not take `request`: over the body limit, or the part its
+    parser stopped at (read whole: no proxy request)."""
+    return getattr(request, "quor_unreadable", None) or unreadable_request(
+        _UNREAD_PARTS.get(request.state)
     )
 
-    def parse_first_request(self, data):
+
+class EgressProtocolHandler(HttpProtocolHandler):
+    """proxy.py's connection handler (`--work-klass`), which answers what proxy.py
+    could not read with a JSON refusal, records it as the plugin records its own, and
+    closes the connection. On the first request proxy.py answers a bare 400 (a
+    broken line or header, a `/path` or unknown HTTP version), and the plugin does not
+    exist yet; on a later one (kept alive, or inside intercepted TLS) proxy.py's
+    parser raised out of its handler: a traceback, and the client got no answer."""
+
+    def handle_data(self, data: memoryview) -> bool | None:
+        if data is None:
+            return super().handle_data(data)
+        if self.plugin is None:
+            return self._first_request(data)
         try:
-            done = original_first(self, data)
-        except HttpProtocolException as exc:
-            if self.plugin is not None:  # a plugin hook's refusal: proxy.py answers it
-                raise
-            answer = exc if isinstance(exc, BodyTooLarge) else not_a_proxy_request
-            self.work.buffer[-1:] = [answer.response(self.request)]
-            return True
-        if done and self.plugin is None:  # proxy.py queued its bare 400
-            self.work.buffer[-1:] = [not_a_proxy_request.response(self.request)]
+            self.plugin.on_client_data(data)
+        except Exception as exc:
+            later = getattr(self.plugin, "pipeline_request", None)
+            if later is not None and not later.is_complete:
+                self.work.queue(self._refuse(later, _unreadable(later)))
+                return True
+            if isinstance(exc, HttpProtocolException):  # a hook's refusal, recorded there
+                if (response := exc.response(self.request)) is not None:
+                    self.work.queue(response)
+                return True
+            raise
+        return False
+
+    def _first_request(self, data: memoryview) -> bool:
+        done = super().handle_data(data)
+        if done and self.plugin is None:  # refused by proxy.py: in place of its bare 400
+            self.work.buffer[-1:] = [self._refuse(self.request, _unreadable(self.request))]
         return done
 
-    parse_first_request.quor_answers = True
-    HttpProtocolHandler._parse_first_request = parse_first_request
+    def _refuse(self, request: HttpParser, refusal: Refusal) -> memoryview:
+        """Records the refusal; returns the answer to send."""
+        egress = self.plugin and self.plugin.plugins.get(QuorEgressPlugin.__qualname__)
+        if egress is not None:
+            egress._record(request, EgressDecision.Outcome.BLOCKED, refusal=refusal)
+        else:
+            state = _ProcessState.get()
+            address = self.work.addr[0]
+            context, principal, _ = identify(
+                state.directory, address, _proxy_authorization(request)
+            )
+            record_decision(
+                state,
+                request,
+                EgressDecision.Outcome.BLOCKED,
+                client_address=address,
+                context=context,
+                session_id=session_of(principal),
+                refusal=refusal,
+            )
+        return rejection(refusal).response(request)
 
 
 def reuse_upstream_tls_contexts() -> None:

@@ -496,7 +496,8 @@ def test_the_proxy_logs_never_contain_a_credential(sandbox, owner, upstream_fake
 
 
 # Runs inside the sandbox: sends each case's requests byte for byte on one connection
-# (a {"tls": host} step wraps it, after a CONNECT) and prints status and code of each.
+# (a {"tls": host} step wraps it, after a CONNECT) and prints status and code of each,
+# and after a refusal whether the proxy closed the connection (or reset it).
 RAW_CLIENT = r"""
 import base64, http.client, json, os, socket, ssl, sys, time, urllib.parse
 proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
@@ -520,7 +521,18 @@ for case in json.loads(sys.argv[1]):
                 code = json.loads(body)["error"]["code"]
             except (ValueError, KeyError, TypeError):  # not a refusal's JSON
                 code = None
-            answers.append({"status": response.status, "code": code, "type": response.getheader("content-type"), "seconds": time.monotonic() - started})
+            answer = {"status": response.status, "code": code, "type": response.getheader("content-type"), "seconds": time.monotonic() - started}
+            if not tunnel and response.status != 200:  # a refusal: how the proxy left the connection
+                sock.settimeout(5)
+                try:
+                    answer["connection"] = "closed" if sock.recv(1) == b"" else "open"
+                except ssl.SSLEOFError:  # closed under TLS without a close_notify
+                    answer["connection"] = "closed"
+                except ConnectionResetError:
+                    answer["connection"] = "reset"
+                except TimeoutError:
+                    answer["connection"] = "open"
+            answers.append(answer)
         sock.close()
     except (OSError, http.client.HTTPException) as exc:
         answers.append({"status": None, "error": f"{type(exc).__name__}: {exc}"})
@@ -652,3 +664,96 @@ def test_malformed_hosts_ports_and_schemes_get_a_json_refusal_from_the_proxy(
     decision = wait_for_decision(code="egress.invalid_port", sandbox_id=sandbox.pk)
     assert decision.outcome == EgressDecision.Outcome.BLOCKED
     assert "Traceback" not in log.read_bytes()[log_start:].decode(errors="replace")
+
+
+def send_raw(owner, cases: list[list[dict]]) -> list[list[dict]]:
+    """The answers to each case's requests, sent byte for byte from inside the sandbox."""
+    result = services.sandbox_exec(
+        user=owner, argv=["python3", "-c", RAW_CLIENT, json.dumps(cases)], timeout_s=120
+    )
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def wait_for_refusals(sandbox, count: int) -> list[tuple[str, str]]:
+    """The (code, path) of the sandbox's recorded refusals, once there are `count`."""
+    deadline = time.monotonic() + 5
+    while True:
+        blocked = EgressDecision.objects.filter(
+            sandbox_id=sandbox.pk, outcome=EgressDecision.Outcome.BLOCKED
+        ).order_by("created_at")
+        if len(blocked) >= count or time.monotonic() > deadline:
+            sandbox.refresh_from_db()
+            assert {d.client_address for d in blocked} <= {sandbox.network_address}
+            return sorted((d.code, d.path) for d in blocked)
+        time.sleep(0.2)
+
+
+MALFORMED_HEADER = "Content-Length: not-a-number\r\n"
+
+
+def test_a_malformed_header_on_a_kept_alive_connection_gets_a_400_and_a_clean_close(
+    sandbox, owner, upstream_fakes
+):
+    log = RUN_DIR / "egress-proxy.log"
+    log_start = log.stat().st_size
+    before = len(upstream_fakes.app.requests)
+    bad = get(f"http://app.test:{PORTS.APP}/malformed", auth=AUTH + MALFORMED_HEADER)
+    inner_bad = get(
+        "/malformed-inside-tls", f"provider.test:{PORTS.PROVIDER}", auth=MALFORMED_HEADER
+    )
+    answers = send_raw(owner, [
+        [get(f"http://app.test:{PORTS.APP}/first"), bad],
+        [connect(f"provider.test:{PORTS.PROVIDER}"), {"tls": "provider.test"},
+         get("/first", f"provider.test:{PORTS.PROVIDER}", auth=""), inner_bad],
+    ])  # fmt: skip
+    refused = (400, "egress.malformed_request", "application/json", "closed")
+    assert [
+        [(a.get("status"), a.get("code"), a.get("type"), a.get("connection")) for a in answer][-1]
+        for answer in answers
+    ] == [refused, refused], answers
+    assert [a["status"] for answer in answers for a in answer[:-1]] == [200, 200, 200], answers
+    assert [r["path"] for r in upstream_fakes.app.requests[before:]] == ["/first"]
+    assert wait_for_refusals(sandbox, 2) == [
+        ("egress.malformed_request", "/malformed"),
+        ("egress.malformed_request", "/malformed-inside-tls"),
+    ]
+    assert "Traceback" not in log.read_bytes()[log_start:].decode(errors="replace")
+
+
+def test_refusals_proxy_py_makes_before_the_plugin_runs_are_recorded_like_the_plugins(
+    sandbox, owner, upstream_fakes
+):
+    too_large = {
+        "send": f"POST http://app.test:{PORTS.APP}/too-large HTTP/1.1\r\n{AUTH}"
+        f"Content-Length: {40 * 1024 * 1024}\r\n\r\nxx"
+    }
+    answers = send_raw(owner, [
+        [get("/not-a-proxy-request")],
+        [get(f"http://app.test:{PORTS.APP}/unknown-version", version="HTTP/9.9")],
+        [{"send": "NOT A REQUEST LINE AT ALL\r\n\r\n"}],
+        [get(f"http://app.test:{PORTS.APP}/first-malformed", auth=AUTH + MALFORMED_HEADER)],
+        [too_large],
+        [get(f"http://app.test:{PORTS.APP}/first"), too_large],
+    ])  # fmt: skip
+    assert [
+        (a["status"], a["code"], a.get("connection")) for answer in answers for a in answer
+    ] == [
+        (400, "egress.malformed_request", "closed"),
+        (400, "egress.malformed_request", "closed"),
+        (400, "egress.malformed_request", "closed"),
+        (400, "egress.malformed_request", "closed"),
+        (413, "egress.body_too_large", "closed"),
+        (200, None, None),
+        (413, "egress.body_too_large", "closed"),
+    ], answers
+    assert wait_for_refusals(sandbox, 6) == sorted(
+        [
+            ("egress.malformed_request", "/not-a-proxy-request"),
+            ("egress.malformed_request", "/unknown-version"),
+            ("egress.malformed_request", ""),
+            ("egress.malformed_request", "/first-malformed"),
+            ("egress.body_too_large", "/too-large"),
+            ("egress.body_too_large", "/too-large"),
+        ]
+    )

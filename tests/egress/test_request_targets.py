@@ -11,6 +11,7 @@ from egress.decisions import (
     decide_destination,
     parse_request_target,
     parse_url,
+    unreadable_request,
 )
 from tests.egress.test_decisions import RULES, context, resolve
 
@@ -184,6 +185,21 @@ def test_a_request_line_target_is_read_by_its_form(method, target, expected):
 )
 def test_a_malformed_request_line_target_is_refused_with_a_stable_code(method, target, code):
     assert refusal_of(parse_request_target, method, target) == (400, code)
+
+
+@pytest.mark.parametrize(
+    ("part", "named"),
+    [
+        ("request_line", "request line"),
+        ("headers", "header line"),
+        ("body", "chunked encoding"),
+        (None, "whole URL"),
+    ],
+)
+def test_a_request_the_proxy_cannot_read_is_refused_naming_the_part_that_broke(part, named):
+    refusal = unreadable_request(part)
+    assert (refusal.status, refusal.code) == (400, "egress.malformed_request")
+    assert named in refusal.reason
 
 
 @pytest.mark.parametrize(

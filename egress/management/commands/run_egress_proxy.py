@@ -8,7 +8,6 @@ from proxy import Proxy
 from egress import ca, readiness
 from egress.directory import ContextLoader
 from egress.proxy_plugin import (
-    answer_unreadable_first_requests,
     cap_request_bodies,
     read_request_targets,
     reuse_upstream_tls_contexts,
@@ -34,7 +33,6 @@ class Command(BaseCommand):
         port = settings.QUOR_EGRESS_PROXY_PORT
         cap_request_bodies(settings.QUOR_EGRESS_MAX_BODY_BYTES)
         read_request_targets()
-        answer_unreadable_first_requests()
         reuse_upstream_tls_contexts()
         serve_intercepted_tls_from_cache(files)
         argv = [
@@ -44,6 +42,7 @@ class Command(BaseCommand):
             "--num-acceptors", str(acceptors),
             "--timeout", str(settings.QUOR_EGRESS_IDLE_TIMEOUT),
             "--plugins", "egress.proxy_plugin.QuorEgressPlugin",
+            "--work-klass", "egress.proxy_plugin.EgressProtocolHandler",
             "--disable-headers", "via",  # upstreams need not learn the proxy's software
             "--ca-key-file", str(files.key),
             "--ca-cert-file", str(files.cert),
