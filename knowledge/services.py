@@ -33,7 +33,8 @@ STUCK_AFTER = timedelta(minutes=10)
 
 def validate_access(organization, principals) -> list[str]:
     """The access list, sorted and without repeats, if every principal is well formed
-    and names this organization, one of its members or an existing group."""
+    and names this organization, one of its members or one of its groups. Anything else
+    is refused alike, so the answer says nothing of other organizations' groups."""
     if not isinstance(principals, list | tuple) or not all(isinstance(p, str) for p in principals):
         raise InvalidInput(
             "An access list is a list of principals.", code="knowledge.invalid_access"
@@ -48,7 +49,11 @@ def validate_access(organization, principals) -> list[str]:
             "user_id", flat=True
         )
     )
-    existing_groups = set(Group.objects.filter(pk__in=groups).values_list("pk", flat=True))
+    existing_groups = set(
+        Group.objects.filter(
+            pk__in=groups, organization_group__organization=organization
+        ).values_list("pk", flat=True)
+    )
     for value, kind_pk in parsed.items():
         if kind_pk is None:
             continue
@@ -62,7 +67,8 @@ def validate_access(organization, principals) -> list[str]:
     if bad:
         raise InvalidInput(
             "These are not principals of this organization: " + ", ".join(sorted(bad)) + ". "
-            "Use user:<id> of a member, group:<id> or org:<this organization's id>.",
+            "Use user:<id> of a member, group:<id> of a group (GET /api/v1/members/ and "
+            "/api/v1/groups/ list them) or org:<this organization's id>.",
             code="knowledge.invalid_access",
             fields={"access": sorted(bad)},
         )

@@ -1,15 +1,17 @@
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+from django.contrib.auth.models import Group
 from django.db.models import Count
 from django.utils import timezone
 
-from quor import services
+from quor import email_domains, services
 from quor.lib.errors import QuorError
 from quor.lib.permissions import Permission, check_role_change, role_has
 from quor.models import (
     ApiToken,
     AuditEntry,
+    EmailDomain,
     Membership,
     ModelProvider,
     Organization,
@@ -359,6 +361,9 @@ class ModelProviderAdmin(OrganizationAdminAccess, admin.ModelAdmin):
             form.base_fields["allowed_users"].queryset = User.objects.filter(
                 membership__organization=membership.organization
             )
+            form.base_fields["allowed_groups"].queryset = Group.objects.filter(
+                organization_group__organization=membership.organization
+            )
         return form
 
 
@@ -491,3 +496,82 @@ class SingleSignOnAdmin(OrganizationAdminAccess, admin.ModelAdmin):
         form = super().get_form(request, obj, **kwargs)
         self._limit_to_own_organization(request, form)
         return form
+
+
+class EmailDomainForm(forms.ModelForm):
+    class Meta:
+        model = EmailDomain
+        fields = ["organization", "domain"]
+
+    def clean_domain(self):
+        try:
+            return email_domains.clean_domain(self.cleaned_data["domain"])
+        except QuorError as exc:
+            raise forms.ValidationError(exc.message) from None
+
+
+@admin.register(EmailDomain)
+class EmailDomainAdmin(OrganizationAdminAccess, admin.ModelAdmin):
+    """Owners claim, verify and remove domains (who is created at a domain is as much
+    theirs as single sign-on is); admins and auditors read them."""
+
+    form = EmailDomainForm
+    admin_permissions = {
+        "view": Permission.ORGANIZATION_VIEW,
+        "add": Permission.ADMINS_MANAGE,
+        "change": Permission.ADMINS_MANAGE,
+        "delete": Permission.ADMINS_MANAGE,
+    }
+    list_display = ["domain", "organization", "verified_at", "created_at"]
+    list_filter = ["organization"]
+    search_fields = ["domain"]
+    list_select_related = ["organization"]
+    actions = ["verify_selected"]
+    readonly_fields = ["record_name", "record_value", "verified_at", "created_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return []
+        return ["organization", "domain", *self.readonly_fields]
+
+    def get_fields(self, request, obj=None):
+        return self.get_readonly_fields(request, obj) if obj else ["organization", "domain"]
+
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        self._limit_to_own_organization(request, form)
+        return form
+
+    @admin.display(description="TXT record name")
+    def record_name(self, obj):
+        return obj.record_name
+
+    @admin.display(description="TXT record value")
+    def record_value(self, obj):
+        return obj.record_value
+
+    def save_model(self, request, obj, form, change):
+        """A claim is made by its service (token, audit); the form checked it first."""
+        if change:
+            return
+        claim = email_domains.email_domain_claim(
+            organization=obj.organization, domain=obj.domain, actor=request.user
+        )
+        obj.pk, obj.token, obj.created_at = claim.pk, claim.token, claim.created_at
+
+    def delete_model(self, request, obj):
+        email_domains.email_domain_remove(claim=obj, actor=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for claim in queryset:
+            email_domains.email_domain_remove(claim=claim, actor=request.user)
+
+    @admin.action(permissions=["change"], description="Verify selected domains (DNS TXT record)")
+    def verify_selected(self, request, queryset):
+        for claim in queryset:
+            try:
+                email_domains.email_domain_verify(claim=claim, actor=request.user)
+            except QuorError as exc:
+                self.message_user(request, f"{claim.domain}: {exc.message}", messages.ERROR)
+            else:
+                self.message_user(request, f"{claim.domain} is verified.", messages.SUCCESS)

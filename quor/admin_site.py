@@ -8,6 +8,7 @@ from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.auth.forms import AuthenticationForm
 
 from quor.lib import logs
+from quor.lib.login_attempts import sign_in_rate_limited
 from quor.lib.permissions import Permission, has_permission
 
 
@@ -38,6 +39,10 @@ class QuorAdminSite(admin.AdminSite):
     def has_permission(self, request):
         logs.acting_as(request.user)
         return may_enter_admin_site(request.user)
+
+    def login(self, request, extra_context=None):
+        """The admin's password form is limited like the login page's."""
+        return sign_in_rate_limited(super().login)(request, extra_context)
 
     def register(self, model_or_iterable, admin_class=None, **options):
         """Every model admin records deletions one object at a time, so that each is a

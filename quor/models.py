@@ -325,6 +325,46 @@ class OrganizationGroup(models.Model):
         return self.display_name
 
 
+class EmailDomain(models.Model):
+    """An email domain an organization claims (quor/email_domains.py). SCIM and single
+    sign-on create users only in domains their organization has verified, by a DNS TXT
+    record that only the domain's holder can publish. Several organizations may claim a
+    domain; at most one holds it verified."""
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="email_domains"
+    )
+    domain = models.CharField(max_length=253, help_text="e.g. example.com; not its subdomains.")
+    token = models.CharField(max_length=64, editable=False)
+    verified_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["organization", "domain"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "domain"], name="email_domain_per_organization"
+            ),
+            models.UniqueConstraint(
+                fields=["domain"],
+                condition=models.Q(verified_at__isnull=False),
+                name="email_domain_verified_once",
+            ),
+        ]
+
+    def __str__(self):
+        return self.domain
+
+    @property
+    def record_name(self) -> str:
+        """Where the TXT record that proves the claim is published."""
+        return f"_quor-verification.{self.domain}"
+
+    @property
+    def record_value(self) -> str:
+        return f"quor-verification={self.token}"
+
+
 class ServiceAccount(models.Model):
     """An integration's identity in an organization: a member without a login (it has
     its own sandbox and sessions), reached with scoped, expiring tokens

@@ -9,6 +9,13 @@ Quor keeps a user's userName (their email address: it is how Quor knows people),
 displayName, active and externalId, and a group's displayName, members and externalId.
 Other attributes of the core User schema (name, emails, phone numbers...) are accepted
 and not kept, as RFC 7644 §3.3 allows; an attribute of no schema is refused.
+
+Ids are unique across resource types (RFC 7643 §3.1): `user:<key>` and `group:<key>`,
+the same strings knowledge access lists take. Paths and group members given the bare
+key Quor answered before still name the same resource, for connectors that stored them.
+Users are created, or renamed, only at the organization's verified email domains
+(quor/email_domains.py), checked before any lookup of the address, so that no answer
+depends on whether another organization has it.
 """
 
 import re
@@ -38,7 +45,7 @@ from scim2_models import (
     User,
 )
 
-from quor import services
+from quor import email_domains, services
 from quor.audit import audit_record, field_changes
 from quor.models import Membership, Organization, OrganizationGroup
 from quor.models import User as QuorUser
@@ -251,32 +258,51 @@ def _members(organization: Organization):
     )
 
 
-def _by_id(queryset, field: str, raw_id: str, what: str):
-    """The row whose `field` is the id in the URL (ids are numbers; anything else is
-    no row either)."""
-    found = queryset.filter(**{field: int(raw_id)}).first() if NUMBER.fullmatch(raw_id) else None
+USER_ID_PREFIX = "user:"
+GROUP_ID_PREFIX = "group:"
+
+
+def scim_user_id(pk: int) -> str:
+    return f"{USER_ID_PREFIX}{pk}"
+
+
+def scim_group_id(pk: int) -> str:
+    return f"{GROUP_ID_PREFIX}{pk}"
+
+
+def _key(raw_id, prefix: str) -> int | None:
+    """The database key an id names: `<prefix><key>`, or the bare key of earlier
+    answers; None for anything else (another type's id included)."""
+    number = raw_id.removeprefix(prefix) if isinstance(raw_id, str) else ""
+    return int(number) if NUMBER.fullmatch(number) else None
+
+
+def _by_id(queryset, field: str, raw_id: str, what: str, prefix: str):
+    """The row whose `field` is the key the id in the URL names."""
+    key = _key(raw_id, prefix)
+    found = queryset.filter(**{field: key}).first() if key is not None else None
     if found is None:
         raise ScimError(404, f"No {what} {raw_id}.")
     return found
 
 
 def _membership(organization: Organization, user_id: str) -> Membership:
-    return _by_id(_members(organization), "user_id", user_id, "user")
+    return _by_id(_members(organization), "user_id", user_id, "user", USER_ID_PREFIX)
 
 
 def user_resource(membership: Membership, base_url: str) -> User:
     user = membership.user
     groups = [
         GroupMembership(
-            value=str(group.pk),
+            value=scim_group_id(group.pk),
             display=group.organization_group.display_name,
-            ref=f"{base_url}/Groups/{group.pk}",
+            ref=f"{base_url}/Groups/{scim_group_id(group.pk)}",
         )
         for group in user.groups.all()
         if hasattr(group, "organization_group")
     ]
     return User(
-        id=str(user.pk),
+        id=scim_user_id(user.pk),
         external_id=membership.external_id or None,
         user_name=user.email,
         display_name=user.full_name or None,
@@ -286,7 +312,7 @@ def user_resource(membership: Membership, base_url: str) -> User:
             resource_type="User",
             created=user.date_joined,
             last_modified=user.date_joined,
-            location=f"{base_url}/Users/{user.pk}",
+            location=f"{base_url}/Users/{scim_user_id(user.pk)}",
         ),
     )
 
@@ -330,12 +356,25 @@ def _display_name(resource: User) -> str:
 def user_create(organization: Organization, payload, actor, base_url: str) -> User:
     resource = _parse(User, _without_extension(payload), Context.RESOURCE_CREATION_REQUEST)
     email = _email(resource.user_name)
+    _check_domain(organization, email)
     if QuorUser.objects.filter(email=email).exists():
         raise ScimError(409, f"A user {email} exists.", "uniqueness")
     user = services.member_create(email=email, organization=organization)
     membership = user.membership
     _write_user(membership, resource, actor, email=email, active_when_absent=True)
-    return user_get(organization, str(user.pk), base_url)
+    return user_get(organization, scim_user_id(user.pk), base_url)
+
+
+def _check_domain(organization: Organization, email: str) -> None:
+    """An address outside the organization's verified domains is refused before anyone
+    looks it up: the same answer whether another organization has it or nobody does."""
+    if not email_domains.domain_is_verified(organization, email):
+        raise ScimError(
+            400,
+            f"{email_domains.domain_of(email)} is not one of the organization's verified "
+            "email domains: an owner claims and verifies it first (admin: Email domains).",
+            "invalidValue",
+        )
 
 
 def _write_user(
@@ -351,8 +390,10 @@ def _write_user(
         "full_name": user.full_name,
         "external_id": membership.external_id,
     }
-    if email != user.email and QuorUser.objects.filter(email=email).exclude(pk=user.pk).exists():
-        raise ScimError(409, f"A user {email} exists.", "uniqueness")
+    if email != user.email:
+        _check_domain(membership.organization, email)
+        if QuorUser.objects.filter(email=email).exclude(pk=user.pk).exists():
+            raise ScimError(409, f"A user {email} exists.", "uniqueness")
     user.email, user.full_name = email, _display_name(resource)
     user.save(update_fields=["email", "full_name"])
     membership.external_id = (resource.external_id or "")[:255]
@@ -384,7 +425,7 @@ def _write_user(
 def user_replace(organization: Organization, user_id: str, payload, actor, base_url: str) -> User:
     membership = _membership(organization, user_id)
     resource = _parse(User, _without_extension(payload), Context.RESOURCE_REPLACEMENT_REQUEST)
-    if resource.id is not None and resource.id != str(membership.user_id):
+    if resource.id is not None and _key(resource.id, USER_ID_PREFIX) != membership.user_id:
         raise ScimError(400, "id is immutable.", "mutability")
     _write_user(membership, resource, actor, email=_email(resource.user_name))
     return user_get(organization, user_id, base_url)
@@ -452,16 +493,26 @@ def _kept_operations(payload, kept: tuple[str, ...], core: str):
             and isinstance(value, list)
         ):
             operations += [
-                {
-                    "op": "remove",
-                    "path": f"members[value eq {ScimFilter.quote(str(m.get('value')))}]",
-                }
+                {"op": "remove", "path": _member_filter(m.get("value"))}
                 for m in value
                 if isinstance(m, dict)
             ]
             continue
+        if (bare := LEGACY_MEMBER_FILTER.fullmatch(path)) is not None:
+            operation = {**operation, "path": _member_filter(bare.group(1))}
         operations.append(operation)
     return {**payload, "Operations": operations}
+
+
+LEGACY_MEMBER_FILTER = re.compile(r'members\[value eq "([0-9]{1,18})"\]')
+"""A member selected by the bare key of earlier answers (connectors that stored it)."""
+
+
+def _member_filter(value) -> str:
+    """The filter selecting the member a value names, by its id as Quor answers it."""
+    key = _key(value, USER_ID_PREFIX)
+    named = scim_user_id(key) if key is not None else str(value)
+    return f"members[value eq {ScimFilter.quote(named)}]"
 
 
 def _apply_patch(model, resource, payload) -> None:
@@ -491,16 +542,20 @@ def _groups(organization: Organization):
 
 
 def _organization_group(organization: Organization, group_id: str) -> OrganizationGroup:
-    return _by_id(_groups(organization), "group_id", group_id, "group")
+    return _by_id(_groups(organization), "group_id", group_id, "group", GROUP_ID_PREFIX)
 
 
 def group_resource(organization_group: OrganizationGroup, base_url: str) -> Group:
     members = [
-        GroupMember(value=str(user.pk), ref=f"{base_url}/Users/{user.pk}", type="User")
+        GroupMember(
+            value=scim_user_id(user.pk),
+            ref=f"{base_url}/Users/{scim_user_id(user.pk)}",
+            type="User",
+        )
         for user in sorted(organization_group.group.user_set.all(), key=lambda user: user.pk)
     ]
     return Group(
-        id=str(organization_group.group_id),
+        id=scim_group_id(organization_group.group_id),
         external_id=organization_group.external_id or None,
         display_name=organization_group.display_name,
         members=members or None,
@@ -508,7 +563,7 @@ def group_resource(organization_group: OrganizationGroup, base_url: str) -> Grou
             resource_type="Group",
             created=organization_group.created_at,
             last_modified=organization_group.updated_at,
-            location=f"{base_url}/Groups/{organization_group.group_id}",
+            location=f"{base_url}/Groups/{scim_group_id(organization_group.group_id)}",
         ),
     )
 
@@ -543,15 +598,11 @@ def _group_name(organization: Organization, resource: Group) -> str:
 
 
 def _member_users(organization: Organization, resource: Group) -> list:
-    ids = [member.value for member in resource.members or []]
-    if not all(isinstance(value, str) and NUMBER.fullmatch(value) for value in ids):
+    keys = [_key(member.value, USER_ID_PREFIX) for member in resource.members or []]
+    if None in keys:
         raise ScimError(400, "Group members are users of this organization, by id.", "invalidValue")
-    users = list(
-        QuorUser.objects.filter(
-            pk__in=[int(value) for value in ids], membership__organization=organization
-        )
-    )
-    if len(users) != len(set(ids)):
+    users = list(QuorUser.objects.filter(pk__in=keys, membership__organization=organization))
+    if len(users) != len(set(keys)):
         raise ScimError(400, "Group members are users of this organization, by id.", "invalidValue")
     return users
 
@@ -601,7 +652,7 @@ def group_create(organization: Organization, payload, actor, base_url: str) -> G
             "via": "scim",
         },
     )
-    return group_get(organization, str(group.pk), base_url)
+    return group_get(organization, scim_group_id(group.pk), base_url)
 
 
 def _write_group(organization_group: OrganizationGroup, resource: Group, actor) -> None:

@@ -1,11 +1,11 @@
-"""Reads of organizations, providers and models."""
+"""Reads of organizations, their members and groups, providers and models."""
 
 from dataclasses import dataclass
 
 from django.db.models import Q
 
 from quor.lib.ids import is_database_id
-from quor.models import ModelProvider
+from quor.models import Membership, ModelProvider, OrganizationGroup
 
 
 @dataclass(frozen=True)
@@ -59,3 +59,17 @@ def find_model(*, organization, model_id: str) -> ModelChoice | None:
     if provider is None or name not in provider.model_names:
         return None
     return ModelChoice(provider=provider, name=name)
+
+
+def organization_members(organization):
+    """The organization's members, service accounts included (they may be named in
+    access lists too)."""
+    return Membership.objects.filter(organization=organization).select_related(
+        "user", "user__service_account"
+    )
+
+
+def organization_groups(organization):
+    return OrganizationGroup.objects.filter(organization=organization).prefetch_related(
+        "group__user_set"
+    )

@@ -183,6 +183,9 @@ QUOR_KNOWLEDGE_SYNC_INTERVAL_SECONDS = envint("QUOR_KNOWLEDGE_SYNC_INTERVAL_SECO
 
 # Single sign-on: plain-HTTP identity providers on loopback (the tests' provider).
 QUOR_SSO_ALLOW_LOOPBACK = envbool("QUOR_SSO_ALLOW_LOOPBACK", False)
+# `host:port` of the DNS server asked for email domains' verification records; empty: the
+# system's resolver.
+QUOR_DOMAIN_VERIFICATION_DNS_SERVER = env("QUOR_DOMAIN_VERIFICATION_DNS_SERVER", "")
 
 # Abuse controls (README, "Abuse controls"); 0 turns a limit off.
 # Password login: failed attempts within the window that lock the account (its email,
@@ -191,6 +194,12 @@ QUOR_LOGIN_MAX_FAILURES_PER_ACCOUNT = envint("QUOR_LOGIN_MAX_FAILURES_PER_ACCOUN
 QUOR_LOGIN_MAX_FAILURES_PER_ADDRESS = envint("QUOR_LOGIN_MAX_FAILURES_PER_ADDRESS", 50)
 QUOR_LOGIN_FAILURE_WINDOW_SECONDS = envint("QUOR_LOGIN_FAILURE_WINDOW_SECONDS", 15 * 60)
 QUOR_LOGIN_LOCKOUT_SECONDS = envint("QUOR_LOGIN_LOCKOUT_SECONDS", 15 * 60)
+# Requests to the anonymous sign-in endpoints (password forms, single sign-on's start and
+# callback), successful or not, per client address and per account (email) within a
+# sliding window of this many seconds; beyond them, 429 with Retry-After.
+QUOR_SIGN_IN_RATE_LIMIT_PER_ADDRESS = envint("QUOR_SIGN_IN_RATE_LIMIT_PER_ADDRESS", 60)
+QUOR_SIGN_IN_RATE_LIMIT_PER_ACCOUNT = envint("QUOR_SIGN_IN_RATE_LIMIT_PER_ACCOUNT", 10)
+QUOR_SIGN_IN_RATE_WINDOW_SECONDS = envint("QUOR_SIGN_IN_RATE_WINDOW_SECONDS", 60)
 # Proxies in front of the web process that each append the address they saw to
 # X-Forwarded-For; 0: the connection's address is the client's.
 QUOR_TRUSTED_PROXY_COUNT = envint("QUOR_TRUSTED_PROXY_COUNT", 0)

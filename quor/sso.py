@@ -37,6 +37,7 @@ from joserfc.jwk import KeySet
 from joserfc.jws import JWSRegistry, extract_compact
 from joserfc.jwt import JWTClaimsRegistry
 
+from quor import email_domains
 from quor.audit import audit_record
 from quor.lib.permissions import Role
 from quor.lib.throttling import redis_client
@@ -382,26 +383,9 @@ def _member_for(sso: SingleSignOn, claims: dict) -> User:
     group_names = _groups_from(sso, claims)
     with transaction.atomic():
         user = User.objects.select_for_update().filter(email__iexact=email).first()
-        if user is None:
-            if not sso.creates_users:
-                raise _refused(
-                    sso,
-                    "no_account",
-                    f"{email} is not a member of {sso.organization.name}. Ask your "
-                    "administrator to add you.",
-                    status=403,
-                    details={"email": email},
-                )
-            user = _member_create(sso, email, claims, role)
-        membership = Membership.objects.filter(user=user).first()
+        membership = Membership.objects.filter(user=user).first() if user is not None else None
         if membership is None or membership.organization_id != sso.organization_id:
-            raise _refused(
-                sso,
-                "other_organization",
-                f"{email} cannot sign in to {sso.organization.name} here.",
-                status=403,
-                details={"email": email},
-            )
+            user, membership = _newcomer(sso, email, claims, role, existing=user)
         if user.is_superuser or user.is_staff or hasattr(user, "service_account"):
             raise _refused(
                 sso,
@@ -428,6 +412,33 @@ def _member_for(sso: SingleSignOn, claims: dict) -> User:
             changes={"issuer": sso.issuer, "subject": str(claims.get("sub")), **changes},
         )
     return user
+
+
+def _newcomer(sso: SingleSignOn, email: str, claims: dict, role, existing: User | None):
+    """Someone who is not a member yet: created when the organization creates users and
+    holds the address's domain verified. Outside its verified domains the refusal is the
+    same whether another organization has the address or nobody does; inside them the
+    domain is the organization's own, and an address another organization took is said
+    to be taken."""
+    if not (sso.creates_users and email_domains.domain_is_verified(sso.organization, email)):
+        raise _refused(
+            sso,
+            "no_account",
+            f"{email} is not a member of {sso.organization.name}. Ask your "
+            "administrator to add you.",
+            status=403,
+            details={"email": email},
+        )
+    if existing is not None:
+        raise _refused(
+            sso,
+            "other_organization",
+            f"{email} cannot sign in to {sso.organization.name} here.",
+            status=403,
+            details={"email": email},
+        )
+    user = _member_create(sso, email, claims, role)
+    return user, user.membership
 
 
 def subject_key(sso: SingleSignOn, subject) -> str:

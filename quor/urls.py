@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from quor import views
 from quor.forms import EmailAuthenticationForm
+from quor.lib.login_attempts import sign_in_rate_limited
 from quor.lib.permissions import public_page
 
 urlpatterns = [
@@ -14,7 +15,11 @@ urlpatterns = [
     path("knowledge/", include("knowledge.urls")),
     path(
         "accounts/login/",
-        public_page(auth_views.LoginView.as_view(authentication_form=EmailAuthenticationForm)),
+        public_page(
+            sign_in_rate_limited(
+                auth_views.LoginView.as_view(authentication_form=EmailAuthenticationForm)
+            )
+        ),
         name="login",
     ),
     path("accounts/logout/", views.log_out, name="logout"),

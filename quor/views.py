@@ -11,6 +11,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from quor import health, services
 from quor.lib.errors import NotFound, QuorError, error_response
+from quor.lib.login_attempts import sign_in_rate_limited
 from quor.lib.permissions import Permission, page_requires, public_page
 from quor.sso import (
     LogoutTokenRefused,
@@ -98,6 +99,7 @@ def api_token_revoke(request, token_id):
 @public_page
 @never_cache
 @require_http_methods(["GET", "HEAD", "POST"])
+@sign_in_rate_limited
 def sso_start(request):
     """The single sign-on form (a link an administrator hands out may fill in the
     organization); its POST sends the browser to the organization's identity provider.
@@ -125,6 +127,7 @@ def sso_start(request):
 @public_page
 @never_cache
 @require_http_methods(["GET"])
+@sign_in_rate_limited(methods=("GET",))
 def sso_callback(request):
     try:
         _user, next_path = sign_in_complete(request)

@@ -4,11 +4,12 @@ import functools
 import itertools
 
 from django.contrib.auth.hashers import make_password
+from django.utils import timezone
 
 from apps.models import App, AppAction, AppCredential
 from quor import services
 from quor.filestore import blob_put
-from quor.models import Membership, ModelProvider, Organization
+from quor.models import EmailDomain, Membership, ModelProvider, Organization
 from sandboxes.models import AgentEvent, Attachment, Sandbox, Session
 from tests.environment import PORTS
 
@@ -41,6 +42,13 @@ def _password_hash() -> str:
     second, and hundreds of tests make users. A real hash, so that every Quor process the
     tests start accepts the password."""
     return make_password(PASSWORD)
+
+
+def make_verified_domain(organization, domain: str) -> EmailDomain:
+    """An email domain the organization holds, as if its DNS record had been checked."""
+    return EmailDomain.objects.create(
+        organization=organization, domain=domain, token="t" * 32, verified_at=timezone.now()
+    )
 
 
 def make_provider(organization, **fields) -> ModelProvider:

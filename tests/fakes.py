@@ -21,11 +21,12 @@ from cryptography.x509.oid import NameOID
 
 class FakeDnsServer:
     """Answers A queries from `records` (name -> list of answers, or a callable
-    returning one per query) with `ttls` (name -> seconds, default 5) and counts the
-    queries per name."""
+    returning one per query) with `ttls` (name -> seconds, default 5), TXT queries from
+    `txt` (name -> list of strings), and counts the queries per name."""
 
     def __init__(self, host: str, port: int):
         self.records: dict = {}
+        self.txt: dict[str, list[str]] = {}
         self.ttls: dict[str, int] = {}
         self.queries: dict[str, int] = defaultdict(int)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -44,6 +45,17 @@ class FakeDnsServer:
             name = question.name.to_text().rstrip(".")
             self.queries[name] += 1
             response = dns.message.make_response(query)
+            if question.rdtype == dns.rdatatype.TXT:
+                texts = self.txt.get(name)
+                if texts:
+                    quoted = [f'"{text}"' for text in texts]
+                    response.answer.append(
+                        dns.rrset.from_text(question.name, 5, "IN", "TXT", *quoted)
+                    )
+                else:
+                    response.set_rcode(3)  # NXDOMAIN
+                self.sock.sendto(response.to_wire(), client)
+                continue
             answer = self.records.get(name)
             if callable(answer):
                 answer = answer()

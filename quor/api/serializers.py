@@ -6,6 +6,7 @@ from quor.models import (
     Membership,
     ModelProvider,
     Organization,
+    OrganizationGroup,
     ServiceAccount,
     ServiceAccountToken,
     User,
@@ -166,3 +167,48 @@ class ServiceAccountTokenCreatedSerializer(ServiceAccountTokenSerializer):
     class Meta(ServiceAccountTokenSerializer.Meta):
         fields = [*ServiceAccountTokenSerializer.Meta.fields, "token"]
         read_only_fields = fields
+
+
+class MemberSerializer(serializers.ModelSerializer):
+    """A member by the id knowledge access lists take (`principal`)."""
+
+    id = serializers.IntegerField(source="user_id", read_only=True)
+    principal = serializers.SerializerMethodField()
+    email = serializers.EmailField(source="user.email", read_only=True)
+    full_name = serializers.CharField(source="user.full_name", read_only=True)
+    is_active = serializers.BooleanField(source="user.is_active", read_only=True)
+    is_service_account = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Membership
+        fields = [
+            "id", "principal", "email", "full_name", "role", "is_active",
+            "is_service_account", "external_id", "created_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+    def get_principal(self, membership) -> str:
+        return f"user:{membership.user_id}"
+
+    def get_is_service_account(self, membership) -> bool:
+        return hasattr(membership.user, "service_account")
+
+
+class GroupSerializer(serializers.ModelSerializer):
+    """A group by the id knowledge access lists and model providers take, with its
+    members' ids."""
+
+    id = serializers.IntegerField(source="group_id", read_only=True)
+    principal = serializers.SerializerMethodField()
+    members = serializers.SerializerMethodField()
+
+    class Meta:
+        model = OrganizationGroup
+        fields = ["id", "principal", "display_name", "external_id", "members", "created_at"]
+        read_only_fields = fields
+
+    def get_principal(self, organization_group) -> str:
+        return f"group:{organization_group.group_id}"
+
+    def get_members(self, organization_group) -> list[int]:
+        return sorted(user.pk for user in organization_group.group.user_set.all())

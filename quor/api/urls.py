@@ -10,6 +10,8 @@ router.register("tokens", views.ApiTokenViewSet, basename="api-token")
 urlpatterns = [
     path("me/", views.MeView.as_view(), name="api-me"),
     path("models/", views.ModelListView.as_view(), name="api-models"),
+    path("members/", views.MemberListView.as_view(), name="api-members"),
+    path("groups/", views.GroupListView.as_view(), name="api-groups"),
     path("service-accounts/", views.ServiceAccountListView.as_view(), name="api-service-accounts"),
     path(
         "service-accounts/<int:account_id>/",

@@ -8,6 +8,8 @@ from quor.api.serializers import (
     ApiTokenCreatedSerializer,
     ApiTokenCreateSerializer,
     ApiTokenSerializer,
+    GroupSerializer,
+    MemberSerializer,
     MeSerializer,
     ModelProviderSerializer,
     ModelSerializer,
@@ -106,6 +108,39 @@ class ModelListView(APIView):
             choices,
             key=lambda choice: (choice.provider.pk, choice.name),
             serialize=lambda page: ModelSerializer(page, many=True).data,
+        )
+
+
+class MemberListView(APIView):
+    """The organization's members, oldest first (paginated): the ids that knowledge
+    access lists take (`principal`)."""
+
+    required_permission = Permission.ORGANIZATION_VIEW
+    pagination_class = CursorPagination
+
+    @extend_schema(responses=MemberSerializer(many=True))
+    def get(self, request):
+        pages = CursorPagination(request, ordering=("id",))
+        membership = require_permission(request.user, Permission.ORGANIZATION_VIEW)
+        return pages.response(
+            selectors.organization_members(membership.organization),
+            lambda page: MemberSerializer(page, many=True).data,
+        )
+
+
+class GroupListView(APIView):
+    """The organization's groups with their members' ids, oldest first (paginated)."""
+
+    required_permission = Permission.ORGANIZATION_VIEW
+    pagination_class = CursorPagination
+
+    @extend_schema(responses=GroupSerializer(many=True))
+    def get(self, request):
+        pages = CursorPagination(request, ordering=("id",))
+        membership = require_permission(request.user, Permission.ORGANIZATION_VIEW)
+        return pages.response(
+            selectors.organization_groups(membership.organization),
+            lambda page: GroupSerializer(page, many=True).data,
         )
 
 

@@ -10,6 +10,12 @@ organization signs in with single sign-on only is refused too (quor/sso.py).
 The check sits in an authentication backend, so it holds for every password form (the
 login page and the admin's). If Redis cannot be reached, logins are neither counted
 nor refused (logged): an outage of Redis must not lock everyone out.
+
+Apart from failures, every request to an anonymous sign-in endpoint (the password
+forms' POSTs, single sign-on's start and callback) is rate limited per client address
+and, where the request names one, per account (`sign_in_rate_limited`): the lockout
+slows guessing, the rate limit bounds the work an anonymous visitor makes Quor do
+(password hashing, calls to identity providers).
 """
 
 import functools
@@ -22,9 +28,10 @@ import redis
 from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
 from django.core.exceptions import PermissionDenied
+from django.shortcuts import render
 
 from quor.audit import audit_record, organization_of
-from quor.lib.throttling import redis_client
+from quor.lib.throttling import redis_client, request_slot
 from quor.models import User
 from quor.sso import password_login_refused
 
@@ -178,3 +185,46 @@ class LoginAttemptsBackend(ModelBackend):
         if password_login_refused(user):
             raise PermissionDenied  # the usual message: it must not confirm the password
         return user
+
+
+SIGN_IN_KEY_PREFIX = KEY_PREFIX + "rate:"
+
+
+def sign_in_wait(request, email: str) -> int | None:
+    """Counts one sign-in request against its address's limit and, given an email, its
+    account's. None if counted, else the seconds until one more would be."""
+    limits = []
+    address = client_address(request)
+    if address and (per_address := settings.QUOR_SIGN_IN_RATE_LIMIT_PER_ADDRESS):
+        limits.append((f"address:{address}", per_address))
+    if email and (per_account := settings.QUOR_SIGN_IN_RATE_LIMIT_PER_ACCOUNT):
+        limits.append((_account_key(email), per_account))
+    refused = request_slot(
+        limits, settings.QUOR_SIGN_IN_RATE_WINDOW_SECONDS, key_prefix=SIGN_IN_KEY_PREFIX
+    )
+    return None if refused is None else refused[1]
+
+
+def sign_in_rate_limited(view=None, *, methods=("POST",)):
+    """A sign-in endpoint's requests of `methods` beyond the limits get a 429 page with
+    Retry-After, before the view does any work (a password form's GET only shows it)."""
+
+    def decorate(view):
+        @functools.wraps(view)
+        def limited(request, *args, **kwargs):
+            if request.method in methods:
+                wait = sign_in_wait(request, request.POST.get("username", ""))
+                if wait is not None:
+                    response = render(
+                        request,
+                        "registration/sign_in_throttled.html",
+                        {"seconds": wait},
+                        status=429,
+                    )
+                    response["Retry-After"] = str(wait)
+                    return response
+            return view(request, *args, **kwargs)
+
+        return limited
+
+    return decorate if view is None else decorate(view)

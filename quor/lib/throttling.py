@@ -69,18 +69,20 @@ def _take_script():
     return redis_client().register_script(_TAKE)
 
 
-def request_slot(limits: list[tuple[str, int]], window_seconds: int) -> tuple[int, float] | None:
+def request_slot(
+    limits: list[tuple[str, int]], window_seconds: int, *, key_prefix: str = KEY_PREFIX
+) -> tuple[int, float] | None:
     """Counts one request against each (key, limit) if none is exhausted. None if
     counted (or Redis is unreachable), else (the exhausted limit's index, seconds until
     one more request would be counted)."""
     if not limits:
         return None
-    keys = [KEY_PREFIX + key for key, _ in limits]
+    keys = [key_prefix + key for key, _ in limits]
     args = [window_seconds * 1000, secrets.token_hex(8), *(limit for _, limit in limits)]
     try:
         refused = _take_script()(keys=keys, args=args)
     except redis.RedisError as exc:
-        logger.warning("API rate limits not applied: Redis is unreachable (%s)", exc)
+        logger.warning("rate limits not applied: Redis is unreachable (%s)", exc)
         return None
     if not refused:
         return None

@@ -5,7 +5,7 @@ from django.contrib.auth.models import Group
 
 from knowledge import embeddings, extraction, services
 from knowledge.principals import principal
-from quor.models import Membership
+from quor.models import Membership, OrganizationGroup
 from tests import factories
 
 
@@ -76,6 +76,12 @@ def world(db, monkeypatch, embedded):
         return _make_world()
 
 
+def _organization_group(organization, name: str) -> Group:
+    group = Group.objects.create(name=f"{organization.slug}: {name}")
+    OrganizationGroup.objects.create(organization=organization, group=group, display_name=name)
+    return group
+
+
 def _make_world():
     acme = factories.make_org(name="Acme", slug="acme")
     globex = factories.make_org(name="Globex", slug="globex")
@@ -85,8 +91,8 @@ def _make_world():
     legal_colleague = factories.make_user(acme, email="legal@acme.test")
     deactivated = factories.make_user(acme, email="gone@acme.test")
     stranger = factories.make_user(globex, email="stranger@globex.test")
-    finance = Group.objects.create(name="finance")
-    legal = Group.objects.create(name="legal")
+    finance = _organization_group(acme, "finance")
+    legal = _organization_group(acme, "legal")
     owner.groups.add(finance)
     finance_colleague.groups.add(finance)
     legal_colleague.groups.add(legal)

@@ -215,6 +215,35 @@ def test_an_access_list_naming_anything_outside_the_organization_is_refused(
     }
 
 
+def test_another_organizations_group_reads_as_one_that_does_not_exist(world, client_for):
+    """An access list's answer never depends on another organization's groups."""
+    from django.contrib.auth.models import Group
+
+    from quor.models import OrganizationGroup
+
+    theirs = OrganizationGroup.objects.create(
+        organization=world.globex,
+        group=Group.objects.create(name="globex: Board"),
+        display_name="Board",
+    ).group_id
+    unknown = theirs + 1000
+    document = world.documents["owner"]
+    client = client_for(world.admin)
+
+    def answer(group_id):
+        response = client.put(
+            f"/api/v1/knowledge/documents/{document.pk}/access",
+            {"access": [principal("group", group_id)]},
+            format="json",
+        )
+        return response.status_code, response.content.decode().replace(str(group_id), "N")
+
+    assert answer(theirs) == answer(unknown)
+    assert answer(theirs)[0] == 400
+    document.refresh_from_db()
+    assert document.access == [principal("user", world.owner.pk)]
+
+
 def test_an_admin_changes_an_access_list_and_the_chunks_follow(world, client_for):
     document = world.documents["nobody"]
     access = [principal("group", world.legal.pk), principal("user", world.owner.pk)]

@@ -253,7 +253,9 @@ def sso(org, openid_provider):
     """The `org` fixture's single sign-on through this OP, reading role and groups from
     its claims and creating members at their first sign-in."""
     from quor.models import SingleSignOn
+    from tests import factories
 
+    factories.make_verified_domain(org, "acme.test")
     return SingleSignOn.objects.create(
         organization=org,
         issuer=openid_provider.issuer,

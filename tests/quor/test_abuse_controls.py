@@ -157,6 +157,47 @@ def test_behind_trusted_proxies_the_address_the_first_one_saw_counts(settings, r
     assert client_address(request) == "203.0.113.9"  # not the entry the client wrote
 
 
+# --- sign-in rate limits ------------------------------------------------------------------
+
+
+def sign_in_requests(address):
+    """One anonymous request to each way of signing in, from `address`."""
+    browser = Client(REMOTE_ADDR=address)
+    return [
+        browser.post(LOGIN, {"username": "a@acme.test", "password": "x"}),
+        browser.post("/admin/login/", {"username": "b@acme.test", "password": "x"}),
+        browser.post("/accounts/sso/", {"organization": "acme"}),
+        browser.get("/accounts/sso/callback/", {"state": "s", "code": "c"}),
+    ]
+
+
+def test_an_address_beyond_the_sign_in_limit_is_told_when_to_come_back(settings, owner):
+    settings.QUOR_SIGN_IN_RATE_LIMIT_PER_ADDRESS = 4
+    assert all(r.status_code != 429 for r in sign_in_requests("10.0.0.7"))
+    for refused in sign_in_requests("10.0.0.7"):
+        assert refused.status_code == 429, refused.request
+        assert 1 <= int(refused["Retry-After"]) <= settings.QUOR_SIGN_IN_RATE_WINDOW_SECONDS
+        assert "Too many sign-in attempts" in refused.content.decode()
+    response, signed_in = log_in(owner.email, factories.PASSWORD, address="10.0.0.7")
+    assert response.status_code == 429 and not signed_in
+    assert log_in(owner.email, factories.PASSWORD, address="10.0.0.8")[1]
+
+
+def test_an_account_beyond_the_sign_in_limit_is_refused_from_every_address(settings, owner):
+    settings.QUOR_SIGN_IN_RATE_LIMIT_PER_ACCOUNT = 2
+    assert log_in(owner.email, factories.PASSWORD, address="10.0.1.1")[1]
+    assert log_in(owner.email, factories.PASSWORD, address="10.0.1.2")[1]
+    response, signed_in = log_in(owner.email.upper(), factories.PASSWORD, address="10.0.1.3")
+    assert response.status_code == 429 and not signed_in
+    assert log_in("colleague@acme.test", "wrong", address="10.0.1.3")[0].status_code == 200
+
+
+def test_viewing_the_login_page_is_not_a_sign_in_attempt(settings):
+    settings.QUOR_SIGN_IN_RATE_LIMIT_PER_ADDRESS = 1
+    browser = Client(REMOTE_ADDR="10.0.0.9")
+    assert {browser.get(LOGIN).status_code for _ in range(3)} == {200}
+
+
 # --- API rate limits -----------------------------------------------------------------------
 
 

@@ -38,7 +38,7 @@ from quor.lib.permissions import (
     declared_permission,
     role_has,
 )
-from quor.models import AuditEntry, Membership, SingleSignOn, User
+from quor.models import AuditEntry, EmailDomain, Membership, SingleSignOn, User
 from quor.service_accounts import service_account_create, service_account_token_create
 from sandboxes.library.files import library_file_put
 from sandboxes.models import (
@@ -268,7 +268,9 @@ def build_world():
     sso = SingleSignOn.objects.create(
         organization=acme, issuer="https://login.acme.test", client_id="quor"
     )
+    domain = factories.make_verified_domain(acme, "acme.test")
     admin_objects = {
+        EmailDomain: domain.pk,
         PublicLink: link.pk,
         PublicLinkPolicy: acme.pk,
         SessionConfidentiality: session.pk,

@@ -3,10 +3,12 @@ deactivates and deletes people and groups of its own organization only, and bad 
 changes nothing. The protocol itself is checked by test_scim_compliance.py."""
 
 import pytest
+from django.contrib.auth.models import Group
+from django.utils import timezone
 from rest_framework.test import APIClient
 
-from quor import service_accounts
-from quor.models import ApiToken, AuditEntry, Membership, OrganizationGroup, User
+from quor import email_domains, service_accounts
+from quor.models import ApiToken, AuditEntry, EmailDomain, Membership, OrganizationGroup, User
 from quor.selectors import model_provider_is_available_to
 from tests import factories
 
@@ -30,6 +32,7 @@ def scim_client(organization, scopes=("scim",)) -> APIClient:
 
 @pytest.fixture
 def idp(org):
+    factories.make_verified_domain(org, "acme.test")
     return scim_client(org)
 
 
@@ -52,7 +55,8 @@ def test_a_provisioned_user_is_a_member_without_a_password(idp, org):
     body = response.json()
     assert body["userName"] == "ada@acme.test"
     assert response["Location"].endswith(f"/scim/v2/Users/{body['id']}")
-    user = User.objects.get(pk=body["id"])
+    assert body["id"].startswith("user:")
+    user = User.objects.get(pk=body["id"].removeprefix("user:"))
     assert (user.full_name, user.membership.organization, user.membership.role) == (
         "Ada Lovelace",
         org,
@@ -124,12 +128,86 @@ def test_a_user_name_that_is_not_an_email_address_is_refused(idp):
     assert "email address" in response.json()["detail"]
 
 
-def test_a_taken_user_name_is_a_uniqueness_conflict(idp, stranger):
-    response = create_user(idp, stranger.email)
+def test_a_user_name_taken_in_the_organization_is_a_uniqueness_conflict(idp, colleague):
+    response = create_user(idp, colleague.email)
     assert response.status_code == 409
     assert response.json()["scimType"] == "uniqueness"
+
+
+def test_an_address_taken_in_another_organization_reads_as_one_that_does_not_exist(idp, stranger):
+    """What the connector learns never depends on another organization's people: both
+    addresses are in a domain its organization has not verified."""
+    taken = create_user(idp, stranger.email)
+    free = create_user(idp, "nobody@globex.test")
+    assert (taken.status_code, taken.json()) == (free.status_code, free.json())
+    assert taken.status_code == 400
     stranger.refresh_from_db()
     assert stranger.membership.organization.slug == "globex"
+    assert not User.objects.filter(email="nobody@globex.test").exists()
+
+
+def test_users_are_created_only_in_the_organizations_verified_domains(idp, org):
+    response = create_user(idp, "ada@initech.test")
+    assert response.status_code == 400
+    assert response.json()["scimType"] == "invalidValue"
+    assert "initech.test" in response.json()["detail"]
+    claim = email_domains.email_domain_claim(organization=org, domain="initech.test")
+    assert create_user(idp, "ada@initech.test").status_code == 400  # claimed, not verified
+    assert not User.objects.filter(email="ada@initech.test").exists()
+    EmailDomain.objects.filter(pk=claim.pk).update(verified_at=timezone.now())
+    assert create_user(idp, "ada@initech.test").status_code == 201
+
+
+def test_a_user_is_not_renamed_into_a_domain_the_organization_has_not_verified(idp, owner):
+    response = idp.put(
+        f"/scim/v2/Users/{owner.pk}",
+        {"schemas": [USER_SCHEMA], "userName": "owner@globex.test", "active": True},
+        format="json",
+    )
+    assert response.status_code == 400
+    owner.refresh_from_db()
+    assert owner.email == "owner@acme.test"
+    # A member whose address is outside the verified domains keeps it through a PUT.
+    outside = factories.make_user(owner.membership.organization, email="old@elsewhere.test")
+    response = idp.put(
+        f"/scim/v2/Users/user:{outside.pk}",
+        {"schemas": [USER_SCHEMA], "userName": outside.email, "displayName": "Old", "active": True},
+        format="json",
+    )
+    assert response.status_code == 200, response.json()
+
+
+def test_no_two_resources_share_an_id_whatever_their_type(idp, org, owner):
+    """RFC 7643 §3.1: an id is unique across all the provider's resources. A group whose
+    database key is the owner's: its SCIM id is still not the owner's."""
+    OrganizationGroup.objects.create(
+        organization=org,
+        group=Group.objects.create(pk=owner.pk, name="acme: Everyone"),
+        display_name="Everyone",
+    )
+    everything = idp.post("/scim/v2/.search", {}, format="json").json()["Resources"]
+    ids = {resource["id"] for resource in everything}
+    assert len(everything) == len(ids) == 2
+    user_id = next(r["id"] for r in everything if r.get("userName") == owner.email)
+    group_id = next(r["id"] for r in everything if r.get("displayName") == "Everyone")
+    assert idp.get(f"/scim/v2/Groups/{user_id}").status_code == 404
+    assert idp.get(f"/scim/v2/Users/{group_id}").status_code == 404
+    assert idp.get(f"/scim/v2/Users/{user_id}").json()["userName"] == owner.email
+
+
+def test_a_connector_that_kept_the_earlier_bare_numbers_still_finds_its_resources(idp, org, owner):
+    group = idp.post(
+        "/scim/v2/Groups", {"schemas": [GROUP_SCHEMA], "displayName": "Ops"}, format="json"
+    ).json()
+    number = group["id"].removeprefix("group:")
+    response = patch(
+        idp,
+        f"/scim/v2/Groups/{number}",
+        {"op": "add", "path": "members", "value": [{"value": str(owner.pk)}]},
+    )
+    assert response.status_code == 200, response.json()
+    assert response.json()["members"][0]["value"] == f"user:{owner.pk}"
+    assert idp.get(f"/scim/v2/Users/{owner.pk}").json()["id"] == f"user:{owner.pk}"
 
 
 def test_deactivating_through_scim_ends_the_users_access(idp, owner, client_for):
@@ -194,7 +272,7 @@ def test_groups_decide_model_access(idp, org, owner, colleague):
         {"op": "remove", "path": f'members[value eq "{owner.pk}"]'},
     )  # fmt: skip
     assert response.status_code == 200, response.json()
-    assert [m["value"] for m in response.json()["members"]] == [str(colleague.pk)]
+    assert [m["value"] for m in response.json()["members"]] == [f"user:{colleague.pk}"]
     assert not model_provider_is_available_to(provider, owner)
     assert model_provider_is_available_to(provider, colleague)
     assert idp.get(f"/scim/v2/Users/{colleague.pk}").json()["groups"][0]["display"] == "Engineering"
@@ -261,7 +339,7 @@ def test_what_entra_sends_is_understood(idp, owner, colleague):
     )  # fmt: skip
     assert response.status_code == 200, response.json()
     assert response.json()["active"] is False
-    assert not User.objects.get(pk=dee).is_active
+    assert not User.objects.get(pk=dee.removeprefix("user:")).is_active
 
     group = idp.post(
         "/scim/v2/Groups",
@@ -275,7 +353,7 @@ def test_what_entra_sends_is_understood(idp, owner, colleague):
         {"op": "Remove", "path": "members", "value": [{"$ref": None, "value": str(owner.pk)}]},
     )
     assert response.status_code == 200, response.json()
-    assert [m["value"] for m in response.json()["members"]] == [str(colleague.pk)]
+    assert [m["value"] for m in response.json()["members"]] == [f"user:{colleague.pk}"]
 
 
 def test_a_put_without_active_lets_no_deactivated_user_back_in(idp, owner):

@@ -11,12 +11,14 @@ import httpx2
 import pytest
 
 from quor import service_accounts
+from tests import factories
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
 def scim_token(org):
+    factories.make_verified_domain(org, "example.test")  # the userNames below
     account = service_accounts.service_account_create(
         organization=org, name="Identity provider", scopes=["scim"]
     )

@@ -212,7 +212,7 @@ def test_a_member_of_another_organization_cannot_sign_in_here(
 
     response = sign_in(client, openid_provider, "stranger")
 
-    assert_refused_without_changes(client, response, "other_organization")
+    assert_refused_without_changes(client, response, "no_account")
     stranger.membership.refresh_from_db()
     assert stranger.membership.organization.slug == "globex"
 

@@ -128,6 +128,7 @@ def rogue_provider():
 
 @pytest.fixture
 def sso(org, rogue_provider):
+    factories.make_verified_domain(org, "acme.test")
     return SingleSignOn.objects.create(
         organization=org,
         issuer=rogue_provider.issuer,
@@ -390,6 +391,50 @@ def test_a_provider_that_would_send_quor_inward_or_trust_no_key_is_refused(
     assert response.status_code == 502
     assert 'data-reason="provider_misconfigured"' in response.content.decode()
     assert rogue_provider.token_requests == 0
+
+
+def test_sign_in_creates_members_only_in_the_organizations_verified_domains(
+    client, sso, rogue_provider
+):
+    state, nonce = start_sign_in(client)
+    rogue_provider.id_token = rogue_provider.signed(
+        rogue_provider.claims(nonce, email="new.member@initech.test")
+    )
+
+    response = finish_sign_in(client, state)
+
+    assert response.status_code == 403
+    assert 'data-reason="no_account"' in response.content.decode()
+    assert not User.objects.filter(email="new.member@initech.test").exists()
+
+
+def refusal_of(response) -> str:
+    page = response.content.decode()
+    start = page.index('<p class="errors"')
+    return page[start : page.index("</p>", start)]
+
+
+def test_an_address_of_another_organization_reads_as_one_that_does_not_exist(
+    client, sso, rogue_provider, stranger
+):
+    """The page and the audit entry Acme's people see are the same for an address Globex
+    holds and for one nobody holds."""
+    seen = []
+    for email in (stranger.email, "nobody@globex.test"):
+        state, nonce = start_sign_in(client)
+        rogue_provider.id_token = rogue_provider.signed(rogue_provider.claims(nonce, email=email))
+        response = finish_sign_in(client, state)
+        entry = AuditEntry.objects.filter(action="sso.refused").latest("id")
+        seen.append(
+            (
+                response.status_code,
+                refusal_of(response).replace(email, "EMAIL"),
+                {**entry.changes, "email": "EMAIL"},
+            )
+        )
+
+    assert seen[0] == seen[1]
+    assert not User.objects.filter(email="nobody@globex.test").exists()
 
 
 def test_an_unknown_organization_gets_a_clear_page(client, db):
