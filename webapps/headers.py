@@ -208,8 +208,17 @@ NAME_SHAPE = re.compile(r"[a-z0-9-]+")
 # X-Cloud-Trace-Context) and an app's own X- headers (X-Requested-With, X-Auth-Token,
 # Next.js' RSC and Next-Action): none moves the URL, method, host, scheme or client.
 
-# Response headers never passed to the viewer.
-RESPONSE_HEADERS = HOP_BY_HOP.names | frozenset({"set-cookie", "set-cookie2"})
+# Response headers never passed to the viewer: the app's cookies, and what a front
+# server would act on instead of passing it on (nginx's X-Accel-Redirect serves an
+# internal location or file of the front server's, X-Sendfile and its kin a file of its
+# disk): the app must not reach past the proxy through its responses.
+RESPONSE_HEADERS = HOP_BY_HOP.names | frozenset(
+    {
+        "set-cookie", "set-cookie2", "x-sendfile", "x-sendfile2", "x-lighttpd-send-file",
+        "x-litespeed-location",
+    }
+)  # fmt: skip
+RESPONSE_HEADER_PREFIXES = ("x-accel-",)  # all of nginx's
 
 # Added to every response: even opened directly, the app's documents get an opaque
 # origin (no cookies, no storage of the app's host, no same-origin access).
@@ -265,6 +274,9 @@ def request_headers_to_forward(headers) -> list[tuple[str, str]]:
 
 
 def response_headers_to_return(headers) -> list[tuple[str, str]]:
-    return [
-        (name.lower(), value) for name, value in headers if name.lower() not in RESPONSE_HEADERS
-    ] + [("content-security-policy", SANDBOX_CSP)]
+    returned = []
+    for name, value in headers:
+        name = name.lower()
+        if name not in RESPONSE_HEADERS and not name.startswith(RESPONSE_HEADER_PREFIXES):
+            returned.append((name, value))
+    return [*returned, ("content-security-policy", SANDBOX_CSP)]

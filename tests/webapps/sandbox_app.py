@@ -53,6 +53,15 @@ PROBE_PAGE = """<!doctype html>
 </script>
 """
 
+# What a front server (nginx, Apache, lighttpd, LiteSpeed) would act on in a response:
+# an app answering with them tries to make it serve its own files or internal locations.
+FRONT_SERVER_HEADERS = [
+    ("X-Accel-Redirect", "/internal/secret"),
+    ("X-Accel-Buffering", "no"),
+    ("X-Sendfile", "/etc/passwd"),
+    ("X-LiteSpeed-Location", "/internal/secret"),
+]
+
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -125,7 +134,11 @@ class Handler(BaseHTTPRequestHandler):
         self._send(
             200,
             body,
-            extra=[("Set-Cookie", "app_session=stolen; Path=/"), ("Set-Cookie", "other=1")],
+            extra=[
+                ("Set-Cookie", "app_session=stolen; Path=/"),
+                ("Set-Cookie", "other=1"),
+                *FRONT_SERVER_HEADERS,
+            ],
         )
 
     def do_POST(self):

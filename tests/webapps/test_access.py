@@ -116,7 +116,15 @@ def test_the_header_rules_remove_credentials_identity_and_hop_by_hop_headers():
     )
     assert kept == [("accept", "text/html"), ("range", "bytes=0-1")]
     returned = header_rules.response_headers_to_return(
-        [("Set-Cookie", "a=b"), ("Content-Type", "text/html"), ("Transfer-Encoding", "chunked")]
+        [
+            ("Set-Cookie", "a=b"),
+            ("Content-Type", "text/html"),
+            ("Transfer-Encoding", "chunked"),
+            ("X-Accel-Redirect", "/internal/"),
+            ("X-Accel-Limit-Rate", "1"),
+            ("X-Sendfile", "/etc/passwd"),
+            ("X-Lighttpd-Send-File", "/etc/passwd"),
+        ]
     )
     assert returned == [
         ("content-type", "text/html"),

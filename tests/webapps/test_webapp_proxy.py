@@ -17,6 +17,7 @@ from sandboxes.runtime import services
 from tests import factories
 from tests.environment import PORTS
 from tests.webapps.conftest import PROXY, app_host, cookie_for, fetch
+from tests.webapps.sandbox_app import FRONT_SERVER_HEADERS
 from webapps import headers as header_rules
 from webapps import services as webapps
 
@@ -54,6 +55,8 @@ def test_no_viewer_credential_or_identity_reaches_the_app_and_no_cookie_comes_ba
         assert name.lower() not in received, name
     assert not any(name.startswith("x-forwarded-") for name in received)
     assert response.getheader("Set-Cookie") is None
+    for name, _ in FRONT_SERVER_HEADERS:  # a front server would act on them
+        assert response.getheader(name) is None, name
     assert response.getheader("Content-Security-Policy") == header_rules.SANDBOX_CSP
     assert "allow-same-origin" not in header_rules.SANDBOX_CSP
 
