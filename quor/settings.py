@@ -446,6 +446,9 @@ for _entry in QUOR_WEBAPP_TRUSTED_PROXIES:
         raise ConfigurationError(
             f"QUOR_WEBAPP_TRUSTED_PROXIES: not an address or network: {_entry!r}"
         ) from None
+# How often the web app proxy checks open WebSockets' access again (a public link's end is
+# pushed to it at once; this catches the rest: sharing, membership, the sandbox).
+QUOR_WEBAPP_WEBSOCKET_CHECK_SECONDS = envint("QUOR_WEBAPP_WEBSOCKET_CHECK_SECONDS", 5)
 # Seconds a viewer's web app cookie stays valid before a new hand-off from Quor.
 QUOR_WEBAPP_COOKIE_SECONDS = envint("QUOR_WEBAPP_COOKIE_SECONDS", 12 * 3600)
 # Longest life a public link to a web app may be given, in days.

@@ -12,6 +12,7 @@ request costs a third of the CPU (docs/decisions.md, docs/performance.md)."""
 
 import asyncio
 import collections
+import contextlib
 import functools
 import http
 import logging
@@ -22,6 +23,8 @@ from http.cookies import SimpleCookie
 from urllib.parse import parse_qs, urlencode
 
 import httptools
+import redis
+import redis.asyncio
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.template.loader import render_to_string
@@ -345,11 +348,32 @@ class WebAppProxy:
         self._tunnels: dict[ViewerConnection, tuple[int | None, str]] = {}
         self._background: set[asyncio.Future] = set()
         self._tunnel_checks = None
+        self._check_now = asyncio.Event()  # a public link ended: check tunnels at once
+        self._link_checks_listener = None
         self._mail = ThreadPoolExecutor(MAIL_THREADS, thread_name_prefix="quor-link-mail")
         self.relay = Relay()
 
     def connection(self) -> "ViewerConnection":
         return ViewerConnection(self)
+
+    def start(self) -> None:
+        self._link_checks_listener = asyncio.ensure_future(self._listen_for_link_checks())
+
+    async def _listen_for_link_checks(self) -> None:
+        """Checks open WebSockets at once when Quor says a public link ended
+        (services.links_check_now); the round every QUOR_WEBAPP_WEBSOCKET_CHECK_SECONDS
+        catches the rest, and covers the time Redis is away."""
+        client = redis.asyncio.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2)
+        while True:
+            try:
+                async with client.pubsub() as pubsub:
+                    await pubsub.subscribe(services.links_check_channel())
+                    async for message in pubsub.listen():
+                        if message["type"] == "message":
+                            self._check_now.set()
+            except (redis.RedisError, OSError) as error:
+                logger.warning("web app proxy: no word of ended links from Redis (%s)", error)
+                await asyncio.sleep(1)
 
     def background(self, work, failure: str) -> None:
         """Runs `work` without a viewer waiting on it; a failure is logged."""
@@ -406,8 +430,9 @@ class WebAppProxy:
 
     def tunnel_opened(self, viewer: "ViewerConnection", user_id: int, label: str) -> None:
         """A WebSocket outlives the access check that opened it: its viewer's access is
-        checked again as often as the cache expires, and the tunnel closed when it is
-        gone (sharing switched off, the viewer deactivated or removed)."""
+        checked again every QUOR_WEBAPP_WEBSOCKET_CHECK_SECONDS (a public link's at once
+        when it ends), and the tunnel closed when it is gone (sharing switched off, the
+        viewer deactivated or removed, the link revoked)."""
         self._tunnels[viewer] = (user_id, label)
         if self._tunnel_checks is None:
             self._tunnel_checks = asyncio.ensure_future(self._check_tunnels())
@@ -418,7 +443,11 @@ class WebAppProxy:
     async def _check_tunnels(self) -> None:
         try:
             while self._tunnels:
-                await asyncio.sleep(ACCESS_CACHE_SECONDS)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._check_now.wait(), settings.QUOR_WEBAPP_WEBSOCKET_CHECK_SECONDS
+                    )
+                self._check_now.clear()
                 for viewer, (user_id, label) in list(self._tunnels.items()):
                     try:
                         if user_id is None:  # a public link's visitor: the link, afresh
@@ -466,6 +495,8 @@ class WebAppProxy:
         return connection
 
     def close(self) -> None:
+        if self._link_checks_listener is not None:
+            self._link_checks_listener.cancel()
         self._mail.shutdown(wait=False)
         for idle in self._idle.values():
             for _, connection in idle:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlencode, urlsplit
 
+import redis
 from django.conf import settings
 from django.contrib.auth.hashers import check_password, make_password
 from django.core import signing
@@ -19,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from quor.audit import audit_record, organization_of
+from quor.lib import throttling
 from quor.lib.errors import AccessDenied, InvalidInput, NotFound
 from quor.lib.permissions import Permission, role_has
 from quor.lib.tasks import send_on_commit
@@ -347,6 +349,25 @@ def is_link_label(label: str) -> bool:
     return label.startswith(LINK_PREFIX)
 
 
+def links_check_now() -> None:
+    """Once the transaction commits, asks every web app proxy process to check its
+    public links' open WebSockets at once, instead of at its next round: a link that
+    ended closes them now. The message says nothing but "now" (each proxy reads the
+    links afresh), so one sent by anyone else can only cause a check."""
+
+    def publish():
+        try:
+            throttling.redis_client().publish(links_check_channel(), b"now")
+        except redis.RedisError as error:  # the proxies' round closes them anyway
+            logger.warning("could not ask the web app proxies to check links (%s)", error)
+
+    transaction.on_commit(publish)
+
+
+def links_check_channel() -> str:
+    return f"quor:{settings.QUOR_DEPLOYMENT}:webapps:check-links"
+
+
 def organization_set_public_links(*, actor, organization, allowed: bool) -> None:
     """An organization admin's switch. Off stops every link of the organization at the
     next request (the proxy reads it afresh); the links stay, and work again if it is
@@ -356,6 +377,8 @@ def organization_set_public_links(*, actor, organization, allowed: bool) -> None
         if before.allow_public_links == allowed:
             return
         type(organization).objects.filter(pk=organization.pk).update(allow_public_links=allowed)
+        if not allowed:
+            links_check_now()
         audit_record(
             "organization.public_links_changed",
             target=organization,
@@ -373,6 +396,8 @@ def session_set_confidential(*, actor, session: Session, confidential: bool) -> 
         if before.confidential == confidential:
             return
         Session.objects.filter(pk=session.pk).update(confidential=confidential)
+        if confidential:
+            links_check_now()
         audit_record(
             "session.confidential_changed",
             target=before,
@@ -527,12 +552,13 @@ def get_public_link_for_owner(user, link_id) -> PublicLink:
 def public_link_revoke(*, user, link: PublicLink) -> None:
     """Ends the link (its owner through the API, an organization admin in the admin
     site): the proxy reads the link on each visitor request, so the next request is
-    refused, and the link's open WebSockets close at the proxy's next check (5 s)."""
+    refused, and the link's open WebSockets close at once (links_check_now)."""
     with transaction.atomic():
         revoked = PublicLink.objects.filter(pk=link.pk, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
         )
         if revoked:
+            links_check_now()
             audit_record(
                 "public_link.revoked",
                 target=link,

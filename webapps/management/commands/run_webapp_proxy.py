@@ -42,6 +42,7 @@ class Command(BaseCommand):
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         server = await serve(proxy, host, port)
+        proxy.start()
         self.stdout.write(f"Web app proxy listening on {host}:{port}", ending="\n")
         self.stdout.flush()
         async with server:
