@@ -5,7 +5,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib import messages
 from django.db.models import Max
-from django.http import Http404, StreamingHttpResponse
+from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -17,6 +17,7 @@ from quor import selectors as quor_selectors
 from quor.filestore import blob_chunks
 from quor.lib.errors import QuorError
 from quor.lib.permissions import Permission, get_active_membership, page_requires
+from quor.lib.streaming import StreamedResponse
 from sandboxes import selectors
 from sandboxes.models import Sandbox, Session, Skill
 from sandboxes.runtime import services
@@ -353,9 +354,7 @@ def sandbox_start_empty(request):
 
 
 def _asciicast_response(recording):
-    response = StreamingHttpResponse(
-        blob_chunks(recording.cast), content_type="application/x-asciicast"
-    )
+    response = StreamedResponse(blob_chunks(recording.cast), content_type="application/x-asciicast")
     response["Content-Disposition"] = (
         f'attachment; filename="terminal-{recording.started_at:%Y%m%d-%H%M%S}-{recording.pk}.cast"'
     )

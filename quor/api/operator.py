@@ -2,7 +2,6 @@
 across organizations. Every call is in the audit log (`operator.request`), beside what
 its services record."""
 
-from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
@@ -22,6 +21,7 @@ from quor.lib.authentication import OperatorTokenAuthentication
 from quor.lib.errors import NotFound
 from quor.lib.pagination import CursorPagination
 from quor.lib.permissions import OPERATOR
+from quor.lib.streaming import StreamedResponse
 from quor.models import Membership, Organization
 
 
@@ -164,6 +164,6 @@ class AuditExportView(OperatorView):
             until=request.query_params.get("until"),
             action=request.query_params.get("action"),
         )
-        return StreamingHttpResponse(
+        return StreamedResponse(
             audit.audit_entries_as_json_lines(entries), content_type="application/x-ndjson"
         )

@@ -1,6 +1,5 @@
 from django.conf import settings
 from django.db import transaction
-from django.http import StreamingHttpResponse
 from django.utils.http import content_disposition_header
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
@@ -14,6 +13,7 @@ from rest_framework.views import APIView
 from quor.lib.errors import InvalidInput, NotFound, QuorError
 from quor.lib.pagination import NEWEST_FIRST, CursorPagination, page_size_from
 from quor.lib.permissions import SANDBOX_CREDENTIAL, Permission
+from quor.lib.streaming import StreamedResponse
 from quor.models import ServiceAccount
 from sandboxes import selectors
 from sandboxes.api.authentication import SandboxCredentialAuthentication
@@ -516,7 +516,7 @@ class SessionFileArchiveView(APIView):
         if check == "1":
             return Response(services.session_files_archive_check(session=session, path=path))
         name, chunks = services.session_files_archive(session=session, path=path)
-        response = StreamingHttpResponse(chunks, content_type="application/gzip")
+        response = StreamedResponse(chunks, content_type="application/gzip")
         response["Content-Disposition"] = content_disposition_header(True, name)
         response["X-Content-Type-Options"] = "nosniff"
         response["Content-Security-Policy"] = "default-src 'none'; sandbox"
@@ -556,7 +556,7 @@ class SessionFileContentView(APIView):
         filename = info["name"]
         image_type = PREVIEWABLE_IMAGES.get(filename.rsplit(".", 1)[-1].lower())
         inline = request.query_params.get("inline") == "1" and image_type is not None
-        response = StreamingHttpResponse(
+        response = StreamedResponse(
             chunks, content_type=image_type if inline else "application/octet-stream"
         )
         response["Content-Length"] = str(info["size"])

@@ -1,15 +1,23 @@
 """What the Files panel needs from the files API, in a real sandbox: Quor's own entries
 said to be so, the Library read (not written) through its link, folders as archives."""
 
+import http.client
 import io
+import os
+import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 
+from quor import services as quor_services
 from sandboxes.library import files as library
 from sandboxes.library.managed import sync_managed_area
 from sandboxes.runtime import services
 from tests import factories
+from tests.conftest import _start, _stop
+from tests.docker_helpers import wait_for_http
+from tests.environment import free_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]
 
@@ -161,3 +169,61 @@ def test_only_folders_of_the_owners_session_are_archived(api, session, client_fo
     assert files(api, session, "archive", path="missing").status_code == 404
     assert files(api, session, "archive", path="../x").status_code == 400
     assert files(client_for(colleague), session, "archive").status_code == 404
+
+
+def _resident_bytes_of_group(group: int) -> int:
+    """The resident memory of every process of a process group (/proc/PID/stat)."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[2]) == group:
+            total += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+    return total
+
+
+@pytest.mark.django_db(transaction=True)  # the web process must see the session and token
+def test_a_large_archive_streams_through_the_web_tier_without_being_held_in_its_memory(
+    session, owner, process_env
+):
+    """Through daphne, as deployed: before the fix Django's ASGI handler read the whole
+    archive into a list before sending its first byte."""
+    size = 64 * 1024 * 1024
+    made = services.sandbox_exec(
+        user=owner,
+        session=session,
+        argv=["sh", "-c", f"mkdir -p big && head -c {size} /dev/urandom > big/data"],
+    )
+    assert made.exit_code == 0, made.stderr
+    port = free_port()
+    web = _start(
+        [sys.executable, "manage.py", "serve_web", "--bind", "127.0.0.1", "--port", str(port),
+         "--processes", "1"],
+        process_env,
+        f"archive-web-{port}",
+    )  # fmt: skip
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/healthz")
+        token = quor_services.api_token_create(user=owner, name="archive")[1]
+        before = _resident_bytes_of_group(web.pid)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        connection.request(
+            "GET",
+            f"/api/v1/sessions/{session.pk}/files/archive?path=big",
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        response = connection.getresponse()
+        assert response.status == 200
+        first = response.read(65536)
+        held = _resident_bytes_of_group(web.pid) - before
+        rest = 0
+        while chunk := response.read(1 << 20):
+            rest += len(chunk)
+        connection.close()
+    finally:
+        _stop(web)
+
+    assert len(first) == 65536 and len(first) + rest > size  # random bytes do not shrink
+    assert held < size // 2, f"{held / 2**20:.0f} MiB held at the first byte"
