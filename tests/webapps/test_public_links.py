@@ -2,6 +2,7 @@
 clients against the real web app proxy processes (`manage.py run_webapp_proxy`, two of
 them for the quotas), the test app in a real sandbox behind them."""
 
+import contextlib
 import http.client
 import json
 import re
@@ -40,20 +41,27 @@ def allowed(org, owner):
     owner.membership.organization.refresh_from_db()
 
 
+@contextlib.contextmanager
+def proxy_process(env, log_name):
+    """A web app proxy process of its own on a port of this worker's: (host, port)."""
+    port = free_port()
+    process = _start(
+        [sys.executable, "manage.py", "run_webapp_proxy", "--bind", f"127.0.0.1:{port}"],
+        env,
+        log_name,
+    )
+    try:
+        wait_for_port("127.0.0.1", port)
+        yield "127.0.0.1", port
+    finally:
+        _stop(process)
+
+
 @pytest.fixture(scope="module")
 def second_proxy(process_env):
     """Another web app proxy process, as a deployment with replicas runs: (host, port)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = _start(
-        [sys.executable, "manage.py", "run_webapp_proxy", "--bind", f"127.0.0.1:{port}"],
-        process_env,
-        "webapp-proxy-2",
-    )
-    wait_for_port("127.0.0.1", port)
-    yield "127.0.0.1", port
-    _stop(process)
+    with proxy_process(process_env, "webapp-proxy-2") as address:
+        yield address
 
 
 def make_link(owner, webapp, **fields) -> PublicLink:
@@ -184,20 +192,13 @@ def test_password_guesses_are_limited_across_proxy_processes(webapp, owner, seco
 def proxy_behind_a_front_proxy(process_env):
     """A web app proxy whose front proxy is this host (the tests' address), and whose
     round of WebSocket checks comes every ten minutes: (host, port)."""
-    port = free_port()
     env = {
         **process_env,
         "QUOR_WEBAPP_TRUSTED_PROXIES": "127.0.0.0/8",
         "QUOR_WEBAPP_WEBSOCKET_CHECK_SECONDS": "600",
     }
-    process = _start(
-        [sys.executable, "manage.py", "run_webapp_proxy", "--bind", f"127.0.0.1:{port}"],
-        env,
-        "webapp-proxy-fronted",
-    )
-    wait_for_port("127.0.0.1", port)
-    yield "127.0.0.1", port
-    _stop(process)
+    with proxy_process(env, "webapp-proxy-fronted") as address:
+        yield address
 
 
 @pytest.mark.usefixtures("allowed")
