@@ -1960,6 +1960,10 @@ class FakeKubernetes:
         self.store = _Store()
         self.workers: dict[str, _PodWorker] = {}  # pod uid -> its kubelet
         self.docker = docker.from_env(timeout=120, max_pool_size=64)
+        # Its kubelet threads outlive a test's phases, and pytest sets and deletes
+        # PYTEST_CURRENT_TEST between them: requests' proxy lookup, which iterates
+        # os.environ, then raised KeyError in a kubelet. A unix socket has no proxy.
+        self.docker.api.trust_env = False
         self.claims_lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.closing = False

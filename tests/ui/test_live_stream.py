@@ -312,7 +312,10 @@ def test_code_in_a_streamed_message_is_highlighted_once_the_message_is_complete(
     expect(message.locator("code.hljs .hljs-keyword")).to_have_text("import")
 
 
-def test_an_approval_shows_what_it_sends_and_a_rejection_ends_the_turn_as_done(ui, owner):
+def test_an_approval_shows_what_it_sends_and_a_rejection_ends_the_turn_as_done(ui, owner, settings):
+    # The tests' 8 s expiry ran out on a loaded machine before the click: the card had
+    # already turned to "Expired" and taken its buttons away.
+    settings.QUOR_APPROVAL_TIMEOUT_SECONDS = 600
     session = replayed_session(
         owner,
         Session.Status.RUNNING,

@@ -14,6 +14,7 @@ import docker
 import kubernetes
 import kubernetes_validate
 import pytest
+import requests.sessions
 from django.conf import settings
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
@@ -820,3 +821,14 @@ def test_a_new_fake_removes_what_the_fake_of_a_killed_run_left(engine):
         another.stop()
         made[1].remove(force=True)
         volumes[1].remove(force=True)
+
+
+def test_the_fakes_kubelets_never_read_the_environment_pytest_changes_under_them(fake, monkeypatch):
+    """pytest sets and deletes PYTEST_CURRENT_TEST between a test's phases while the
+    kubelet threads run on: a proxy lookup iterating os.environ then raised KeyError."""
+    looked_up = []
+    monkeypatch.setattr(
+        requests.sessions, "get_environ_proxies", lambda *args, **kw: looked_up.append(args)
+    )
+    fake.docker.containers.list(filters={"label": f"{LABEL}={fake.instance}"})
+    assert looked_up == []
