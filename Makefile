@@ -27,12 +27,13 @@ dev: provision
 # that can share the machine, in TEST_WORKERS processes at once (pytest-xdist; a file's
 # tests stay in one process, with its module fixtures), then the `serial` ones, which stop
 # a service every process uses, alone. Each process has its own database, Redis database,
-# ports and Docker objects (tests/environment.py).
+# ports and Docker objects (tests/environment.py). The slowest tests are listed at the end:
+# where the next minutes of the suite are (docs/performance.md).
 TEST_WORKERS ?= 4
 PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 define both_passes
 	@status=0; \
-	$(PYTHON) -m pytest $(PARALLEL) -m "not serial" $(1) || status=$$?; \
+	$(PYTHON) -m pytest $(PARALLEL) --durations=25 -m "not serial" $(1) || status=$$?; \
 	$(PYTHON) -m pytest -m serial $(2) || status=$$?; \
 	exit $$status
 endef

@@ -14,6 +14,8 @@ import time
 import redis.asyncio
 from django.conf import settings
 
+from webapps.gate import BANDWIDTH_USED_UP, REQUESTS_USED_UP
+
 KEY_PREFIX = "quor:public-link:"
 # Sign-in attempts per visitor address and link in SIGN_IN_WINDOW_SECONDS.
 SIGN_IN_ATTEMPTS = 10
@@ -73,15 +75,16 @@ def _take_bytes_script():
     return redis_client().register_script(_TAKE_BYTES)
 
 
-REQUESTS_USED_UP, BANDWIDTH_USED_UP = 1, 2
+# What the request script answers (its refusals are numbers in Lua).
+_REFUSALS = {0: "", 1: REQUESTS_USED_UP, 2: BANDWIDTH_USED_UP}
 
 
 def _bytes_key(link) -> str:
     return f"{KEY_PREFIX}{link.pk}:bytes"
 
 
-async def request_take(link) -> tuple[int, int]:
-    """(0, 0) if the request may go to the app and is counted, else (REQUESTS_USED_UP,
+async def request_take(link) -> tuple[str, int]:
+    """("", 0) if the request may go to the app and is counted, else (REQUESTS_USED_UP,
     seconds until the next minute) or (BANDWIDTH_USED_UP, 0): that never comes back."""
     now = time.time()
     minute = int(now // 60)
@@ -89,9 +92,10 @@ async def request_take(link) -> tuple[int, int]:
     refused = await _take_request_script()(
         keys=keys, args=[link.requests_per_minute, link.bandwidth_bytes]
     )
+    refused = _REFUSALS[int(refused)]
     if refused == REQUESTS_USED_UP:
         return REQUESTS_USED_UP, max(1, 60 - int(now % 60))
-    return int(refused), 0
+    return refused, 0
 
 
 async def bytes_take(link, size: int, *, whole: bool) -> int:

@@ -20,18 +20,16 @@ import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from http.cookies import SimpleCookie
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs
 
 import httptools
 import redis
 import redis.asyncio
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.template.loader import render_to_string
-from django.templatetags.static import static
 
 from quor.lib import metrics
-from webapps import gate, link_codes, link_quotas, services, tunnels
+from webapps import gate, link_codes, link_quotas, link_sign_in, pages, services, tunnels
 from webapps import headers as header_rules
 from webapps.relay import Relay, TunnelAddress
 
@@ -45,8 +43,6 @@ logger = logging.getLogger(__name__)
 ACCESS_CACHE_SECONDS = 5.0
 ACCESS_CACHE_ENTRIES = 10_000
 CONNECT_TIMEOUT = 10
-# A sleeping sandbox's app: the "waking up" page reloads itself after this long.
-WAKING_RETRY_SECONDS = 3
 # A viewer connection with no request for this long is closed.
 VIEWER_IDLE_SECONDS = 60
 # Kept-alive connections to app servers: at most this many idle per app, each for this
@@ -60,8 +56,6 @@ MAX_HEAD_BYTES = 64 * 1024
 HOST_SHAPE = re.compile(r"([a-z0-9._-]+|\[[0-9a-f:.]+\])(:[0-9]+)?", re.IGNORECASE)
 
 NOT_FOUND = b"Not found.\n"
-# A public link's sign-in forms: the most body they read.
-MAX_FORM_BYTES = 4096
 # Threads of a proxy process that send public links' codes by mail (SMTP blocks).
 MAIL_THREADS = 2
 # A visitor's connection takes this much of its link's bandwidth at a time (Redis), or a
@@ -127,22 +121,6 @@ def _link_for(label):
     return link, services.upstream_address(link.webapp), waking
 
 
-@database_sync_to_async
-def _password_matches(link, password):
-    return services.public_link_password_matches(link, password)
-
-
-@database_sync_to_async
-def _visit_record(link, address, user_agent, authenticated_by, email=""):
-    services.public_link_visit_record(
-        link=link,
-        address=address,
-        user_agent=user_agent,
-        authenticated_by=authenticated_by,
-        email=email,
-    )
-
-
 def _remember(cache: dict, key, value, now: float) -> None:
     """Caches `value` for ACCESS_CACHE_SECONDS; never more than ACCESS_CACHE_ENTRIES."""
     if len(cache) >= ACCESS_CACHE_ENTRIES:
@@ -160,87 +138,6 @@ def _head(first_line: str, headers) -> bytes:
 
 def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
-
-
-# The title of the proxy's own pages, by status.
-PAGE_TITLES = {
-    302: "Opening the app",
-    400: "Bad request",
-    403: "Not allowed",
-    404: "App not found",
-    429: "Too many requests",
-    502: "The app did not answer",
-    503: "The app is not running",
-}
-
-
-@functools.cache
-def _stylesheet() -> str:
-    """Quor's stylesheet on Quor's origin: the page is on the app's."""
-    return settings.QUOR_PUBLIC_URL.rstrip("/") + static("quor/quor.css")
-
-
-# A sign-in page's steps: its title and where its form posts.
-SIGN_IN_STEPS = {
-    "password": ("Password needed", services.LINK_PASSWORD_PATH),
-    "email": ("Email address needed", services.LINK_EMAIL_PATH),
-    "code": ("Code needed", services.LINK_CODE_PATH),
-}
-
-WRONG_ANSWERS = {
-    "password": "That password is not right.",
-    "code": "That code is not right, was used already or has expired.",
-}
-
-
-def _sign_in_page(step: str, next_path: str, *, error="", email="") -> tuple[list, bytes]:
-    """A public link's sign-in form: its password, or an email address and then the
-    code mailed to it. Not under the sandbox CSP (an opaque origin would make the cookie
-    its answer sets a third-party one): a CSP with no script at all."""
-    title, action = SIGN_IN_STEPS[step]
-    next_path = services.safe_next(next_path)
-    body = render_to_string(
-        "webapps/link_sign_in.html",
-        {
-            "step": step,
-            "title": title,
-            "stylesheet": _stylesheet(),
-            "action": action,
-            "next": next_path,
-            "next_query": urlencode({"next": next_path}),
-            "email_action": services.LINK_EMAIL_PATH,
-            "email": email,
-            "code_minutes": link_codes.CODE_SECONDS // 60,
-            "error": error,
-        },
-    ).encode()
-    quor_origin = settings.QUOR_PUBLIC_URL.rstrip("/")
-    csp = f"default-src 'none'; style-src {quor_origin}; form-action 'self'; frame-ancestors 'none'"
-    return [
-        ("content-type", "text/html; charset=utf-8"),
-        ("content-length", str(len(body))),
-        ("cache-control", "no-store"),
-        ("content-security-policy", csp),
-    ], body
-
-
-def _page(status: int, message: str, location=None, refresh=None) -> tuple[list, bytes]:
-    title = "The app is waking up" if refresh else PAGE_TITLES.get(status, "Quor web app")
-    body = render_to_string(
-        "webapps/proxy_page.html",
-        {"title": title, "message": message, "refresh": refresh, "stylesheet": _stylesheet()},
-    ).encode()
-    headers = [
-        ("content-type", "text/html; charset=utf-8"),
-        ("content-length", str(len(body))),
-        ("cache-control", "no-store"),
-        ("content-security-policy", header_rules.SANDBOX_CSP),
-    ]
-    if location:
-        headers.append(("location", location))
-    if refresh:  # the page reloads itself (browsers follow Refresh), clients may retry
-        headers += [("refresh", str(refresh)), ("retry-after", str(refresh))]
-    return headers, body
 
 
 class Request:
@@ -394,6 +291,9 @@ class WebAppProxy:
         await link_codes.code_store(link.pk, email, link_codes.code_digest(link.pk, email, code))
         mail = functools.partial(services.public_link_code_mail, link=link, email=email, code=code)
         await asyncio.get_running_loop().run_in_executor(self._mail, mail)
+
+    def send_code(self, link, email: str) -> None:
+        self.background(self.code_send(link, email), "could not send a public link's code")
 
     def label(self, host: str) -> str | None:
         """The app label of a Host header (remembered: every request asks)."""
@@ -871,63 +771,127 @@ class ViewerConnection(asyncio.Protocol):
         if request.done:
             self.next_request()
 
-    # --- deciding ---------------------------------------------------------------------------
+    # --- deciding: the request's facts go to the gate (webapps/gate.py), its answer is ---
+    # --- carried out here --------------------------------------------------------------------
 
     def serve(self, request: Request) -> None:
         label = self.proxy.label(request.header("host"))
-        if label is None:  # this process serves nothing of Quor's
-            headers = [("content-type", "text/plain; charset=utf-8"), ("content-length", "11")]
-            return self.respond(request, 404, headers, NOT_FOUND)
-        if services.is_link_label(label):
-            form = request.path in services.LINK_SIGN_IN_PATHS and request.method == "POST"
-            if form and not request.complete:
-                request.collect = MAX_FORM_BYTES  # on_message_complete serves it
-                return None
-            return self.run(request, self.serve_link(request, label))
-        if request.path == services.HANDOFF_PATH:
-            return self.run(request, self.handoff(request, label))
-        if request.header("sec-fetch-dest") == "document":
-            # A top-level page of the app: show it framed by Quor's viewer instead.
-            location = services.viewer_url(label, request.target)
-            return self.reply(request, 302, "Opening the app in Quor.", location=location)
-        user_id = self.proxy.viewer(request.header("cookie"), label)
-        if user_id is None:
-            location = services.login_url(label, request.target)
-            return self.reply(request, 302, "Log in to Quor to open this app.", location=location)
-        request.viewer = (user_id, label)
-        found = self.proxy.cached_access(user_id, label)
-        if found is None:
-            return self.run(request, self.check_access(request, user_id, label))
-        self.proceed(request, label, *found)
+        link = label is not None and services.is_link_label(label)
+        viewer = None
+        if label is not None and not link:
+            viewer = self.proxy.viewer(request.header("cookie"), label)
+        facts = gate.RequestFacts(
+            label=label,
+            link=link,
+            method=request.method,
+            path=request.path,
+            fetch_dest=request.header("sec-fetch-dest"),
+            viewer=viewer,
+            body_read=request.complete,
+        )
+        self.act(request, label, gate.route(facts))
+
+    def act(self, request: Request, label: str | None, answer) -> None:
+        match answer:
+            case gate.Reply(plain=True):
+                headers = [
+                    ("content-type", "text/plain; charset=utf-8"),
+                    ("content-length", str(len(NOT_FOUND))),
+                ]
+                self.respond(request, answer.status, headers, NOT_FOUND)
+            case gate.Reply():
+                self.reply(
+                    request,
+                    answer.status,
+                    answer.message,
+                    refresh=answer.refresh,
+                    retry_after=answer.retry_after,
+                    close=answer.close,
+                )
+            case gate.Redirect(to="viewer"):
+                location = services.viewer_url(label, request.target)
+                self.reply(request, 302, answer.message, location=location)
+            case gate.Redirect(to="login"):
+                location = services.login_url(label, request.target)
+                self.reply(request, 302, answer.message, location=location)
+            case gate.ReadBody():
+                if answer.continue_first:
+                    self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                    request.expect_continue = False
+                request.collect = answer.most  # on_message_complete serves it again
+            case gate.HandOff():
+                self.run(request, self.handoff(request, label))
+            case gate.LookUpLink():
+                self.run(request, self.serve_link(request, label))
+            case gate.CheckAccess(user_id=user_id):
+                request.viewer = (user_id, label)
+                found = self.proxy.cached_access(user_id, label)
+                if found is None:
+                    self.run(request, self.check_access(request, user_id, label))
+                else:
+                    self.proceed(request, label, *found)
+            case _:
+                raise TypeError(f"not an answer of the gate's: {answer!r}")
 
     async def serve_link(self, request: Request, label: str):
         """A public link's visitor: the link must be usable now, within its quotas, and
-        the visitor past its password if it has one. Then relayed as a viewer's request
+        the visitor past its sign-in if it has one. Then relayed as a viewer's request
         is, with the same headers removed; the visitor's only cookie is the link's own."""
         link, address, waking = await _link_for(label)
-        if link is None:
-            return self.reply(request, 404, "There is no such link, or it has ended.")
-        refused, retry_after = await link_quotas.request_take(link)
-        if refused == link_quotas.REQUESTS_USED_UP:
-            message = "This link had too many requests this minute. Try again shortly."
-            return self.reply(request, 429, message, retry_after=retry_after)
-        if refused == link_quotas.BANDWIDTH_USED_UP:
-            return self.reply(request, 429, "This link has served all it may serve.")
-        if request.path in services.LINK_SIGN_IN_PATHS:
-            return await self.link_sign_in(request, link)
-        if request.path.startswith("/__quor/"):
-            return self.reply(request, 404, "Not found.")
-        if not self.link_visitor(request, link):
-            if link.visitor_auth != link.VisitorAuth.NONE:
-                headers, body = _sign_in_page(link.visitor_auth, request.target)
-                return self.respond(request, 401, headers, body)
-            await _visit_record(
-                link, self.visitor_address(request), request.header("user-agent"), ""
-            )
-            request.set_cookie = services.link_visitor_cookie(link)
-        request.viewer = (None, label)
-        self.link, self.link_sent = link, False
-        self.proceed(request, label, link.webapp, address, waking)
+        quota, retry_after = await link_quotas.request_take(link) if link else ("", 0)
+        facts = gate.LinkFacts(
+            found=link is not None,
+            quota=quota,
+            retry_after=retry_after,
+            path=request.path,
+            visitor_auth=link.visitor_auth if link else "",
+            admitted=link is not None and self.link_visitor(request, link),
+        )
+        match gate.visit(facts):
+            case gate.SignIn():
+                attempt = link_sign_in.Attempt(
+                    method=request.method,
+                    path=request.path,
+                    query=request.target.partition("?")[2],
+                    form=b"".join(request.pending),
+                    address=self.visitor_address(request),
+                    user_agent=request.header("user-agent"),
+                )
+                request.pending = []
+                answer = await link_sign_in.answer(link, attempt, self.proxy.send_code)
+                self.signed_in(request, answer)
+            case gate.SignInPage(step=step):
+                self.signed_in(request, link_sign_in.Form(401, step, request.target))
+            case gate.Admit(new_visitor=new_visitor):
+                if new_visitor:
+                    address_seen = self.visitor_address(request)
+                    user_agent = request.header("user-agent")
+                    await link_sign_in.visit_record(link, address_seen, user_agent, "")
+                    request.set_cookie = services.link_visitor_cookie(link)
+                request.viewer = (None, label)
+                self.link, self.link_sent = link, False
+                self.proceed(request, label, link.webapp, address, waking)
+            case answer:
+                self.act(request, label, answer)
+
+    def signed_in(self, request: Request, answer) -> None:
+        """Carries out a sign-in's answer (webapps/link_sign_in.py)."""
+        match answer:
+            case link_sign_in.Form():
+                headers, body = pages.sign_in_page(
+                    answer.step, answer.next_path, error=answer.error, email=answer.email
+                )
+                self.respond(request, answer.status, headers, body)
+            case link_sign_in.SignedIn():
+                headers = [
+                    ("location", answer.location),
+                    ("set-cookie", answer.cookie),
+                    ("cache-control", "no-store"),
+                    ("content-length", "0"),
+                ]
+                self.respond(request, 303, headers, b"")
+            case _:
+                self.act(request, None, answer)
 
     def link_visitor(self, request: Request, link) -> bool:
         cookies = SimpleCookie()
@@ -937,69 +901,6 @@ class ViewerConnection(asyncio.Protocol):
             return False
         morsel = cookies.get(services.LINK_COOKIE)
         return morsel is not None and services.link_visitor_admitted(morsel.value, link)
-
-    async def link_sign_in(self, request: Request, link):
-        """The sign-in forms (GET: the first one; POST: an answer). Every answer counts
-        as an attempt per visitor address and link, across proxy processes."""
-        if services.LINK_SIGN_IN_PATHS[request.path] != link.visitor_auth:
-            return self.reply(request, 404, "Not found.")
-        if request.method != "POST":
-            query = parse_qs(request.target.partition("?")[2])
-            headers, body = _sign_in_page(link.visitor_auth, query.get("next", ["/"])[0])
-            return self.respond(request, 200, headers, body)
-        attempts = gate.attempts_key(self.visitor_address(request))
-        if not await link_quotas.sign_in_attempt_take(link.pk, attempts):
-            message = "Too many attempts from your address. Try again later."
-            retry_after = link_quotas.SIGN_IN_WINDOW_SECONDS
-            return self.reply(request, 429, message, retry_after=retry_after)
-        form = parse_qs(b"".join(request.pending).decode("utf-8", "replace"))
-        request.pending = []
-        fields = {name: values[0] for name, values in form.items()}
-        next_path = services.safe_next(fields.get("next", "/"))
-        if request.path == services.LINK_EMAIL_PATH:
-            return await self.link_code_asked(request, link, fields.get("email", ""), next_path)
-        if request.path == services.LINK_PASSWORD_PATH:
-            email, step = "", "password"
-            admitted = await _password_matches(link, fields.get("password", ""))
-        else:
-            email, step = services.visitor_email(fields.get("email", "")) or "", "code"
-            code = fields.get("code", "")
-            admitted = bool(email) and await link_codes.code_take(link.pk, email, code)
-        if not admitted:
-            error = WRONG_ANSWERS[step]
-            headers, body = _sign_in_page(step, next_path, error=error, email=email)
-            return self.respond(request, 403, headers, body)
-        user_agent = request.header("user-agent")
-        await _visit_record(
-            link, self.visitor_address(request), user_agent, link.visitor_auth, email
-        )
-        headers = [
-            ("location", next_path),
-            ("set-cookie", services.link_visitor_cookie(link, email)),
-            ("cache-control", "no-store"),
-            ("content-length", "0"),
-        ]
-        self.respond(request, 303, headers, b"")
-
-    async def link_code_asked(self, request: Request, link, typed: str, next_path: str):
-        """An email link's visitor gave an address: a code goes to it if its domain is
-        one of the link's. The answer is the same either way, sent before the mail (no
-        time to tell them apart), so the page does not tell the link's domains."""
-        email = services.visitor_email(typed)
-        if email is None:
-            error = "That is not an email address."
-            headers, body = _sign_in_page("email", next_path, error=error)
-            return self.respond(request, 400, headers, body)
-        if not await link_codes.code_send_take(email):
-            message = "Too many codes were asked for this address. Try again later."
-            retry_after = link_codes.CODES_PER_EMAIL_WINDOW_SECONDS
-            return self.reply(request, 429, message, retry_after=retry_after)
-        if services.email_may_open(link, email):
-            self.proxy.background(
-                self.proxy.code_send(link, email), "could not send a public link's code"
-            )
-        headers, body = _sign_in_page("code", next_path, email=email)
-        self.respond(request, 200, headers, body)
 
     def visitor_address(self, request: Request) -> str:
         """The connection's address, or behind a trusted front proxy the visitor's it
@@ -1012,42 +913,29 @@ class ViewerConnection(asyncio.Protocol):
         self.proceed(request, label, *await self.proxy.access(user_id, label))
 
     def proceed(self, request: Request, label: str, webapp, address, waking) -> None:
-        if webapp is None:
-            return self.reply(request, 404, "There is no such app, or it is not shared with you.")
-        if address is None and waking:
-            message = "Its sandbox was asleep and is waking up: this page reloads by itself."
-            return self.reply(request, 503, message, refresh=WAKING_RETRY_SECONDS)
-        if address is None:
-            message = "This app is not running. Open its session in Quor to start it again."
-            return self.reply(request, 503, message)
-        if request.websocket and not self.origin_allowed(request, label):
-            return self.reply(request, 403, "This page may not open the app's WebSocket.")
-        if isinstance(address, TunnelAddress) and not self.tunnel_request_read(request):
-            return None
+        facts = gate.AppFacts(
+            found=webapp is not None,
+            running=address is not None,
+            waking=waking,
+            websocket=request.websocket,
+            origin_allowed=not request.websocket or self.origin_allowed(request, label),
+            tunnel=isinstance(address, TunnelAddress),
+            max_body=settings.QUOR_TUNNEL_MAX_BODY_BYTES,
+            content_length=request.header("content-length"),
+            body_bytes=sum(map(len, request.pending)),  # what came with the head
+            has_body=request.has_body,
+            body_read=request.complete,
+            expect_continue=request.expect_continue,
+        )
+        answer = gate.admit(facts)
+        if not isinstance(answer, gate.Forward):
+            return self.act(request, label, answer)
+        request.room = answer.room
         app = None if request.websocket else self.proxy.idle_connection(address)
         if app is None:
             return self.run(request, self.connect_and_forward(request, address))
         app.reused = True
         self.forward(request, app)
-
-    def tunnel_request_read(self, request: Request) -> bool:
-        """A tunnel's request goes to the client whole and bounded: a body is read first
-        (on_message_complete serves the request again), refused over the bound before a
-        byte leaves. The response's body is bounded the same (response_body)."""
-        most = settings.QUOR_TUNNEL_MAX_BODY_BYTES
-        request.room = most
-        length = request.header("content-length").strip()
-        read = sum(map(len, request.pending))  # what came with the head, while deciding
-        if (length.isdigit() and int(length) > most) or read > most:
-            self.reply(request, 413, "The request's body is too large.", close=True)
-            return False
-        if not request.has_body or request.complete:
-            return True
-        if request.expect_continue:
-            self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            request.expect_continue = False
-        request.collect = most
-        return False
 
     def origin_allowed(self, request: Request, label: str) -> bool:
         """The app's own origin, or "null": the preview iframe and the CSP sandbox give
@@ -1062,7 +950,7 @@ class ViewerConnection(asyncio.Protocol):
         user_id = services.read_handoff(query.get("token", [""])[0], label)
         webapp = (await _webapp_for(user_id, label))[0] if user_id else None
         if webapp is None:
-            return self.reply(request, 404, "There is no such app, or it is not shared with you.")
+            return self.reply(request, 404, gate.NO_SUCH_APP)
         cookie = f"{services.VIEWER_COOKIE}={services.viewer_cookie(user_id, label)}; "
         cookie += services.viewer_cookie_attributes()
         headers = [
@@ -1110,7 +998,7 @@ class ViewerConnection(asyncio.Protocol):
         retry_after=None,
         close=False,
     ):
-        headers, body = _page(status, message, location, refresh)
+        headers, body = pages.page(status, message, location, refresh)
         if retry_after:
             headers.append(("retry-after", str(retry_after)))
         self.respond(request, status, headers, body, close=close)

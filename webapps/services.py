@@ -37,6 +37,7 @@ from sandboxes.selectors import is_uuid
 from sandboxes.sessions.events import session_events_append
 from sandboxes.sessions.services import app_token_placeholders
 from webapps import link_codes
+from webapps.gate import HANDOFF_PATH
 from webapps.models import PublicLink, PublicLinkVisit, WebApp
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,6 @@ logger = logging.getLogger(__name__)
 HANDOFF_SALT = "quor.webapps.handoff"
 VIEWER_SALT = "quor.webapps.viewer"
 HANDOFF_SECONDS = 60
-HANDOFF_PATH = "/__quor/handoff"
 VIEWER_COOKIE = "quor_webapp"
 MAX_COMMAND_CHARS = 2000
 # Opening an app of a sandbox in these states wakes it (a sleep under way ends first).
@@ -327,15 +327,6 @@ def webapps_restart(sandbox: Sandbox) -> list[WebApp]:
 LINK_PREFIX = "p"
 LINK_VISITOR_SALT = "quor.webapps.link-visitor"
 LINK_COOKIE = "quor_link"
-LINK_PASSWORD_PATH = "/__quor/link-password"  # noqa: S105 (a path, not a password)
-LINK_EMAIL_PATH = "/__quor/link-email"
-LINK_CODE_PATH = "/__quor/link-code"
-# The proxy's sign-in forms (POST) and the links they are for.
-LINK_SIGN_IN_PATHS = {
-    LINK_PASSWORD_PATH: PublicLink.VisitorAuth.PASSWORD,
-    LINK_EMAIL_PATH: PublicLink.VisitorAuth.EMAIL,
-    LINK_CODE_PATH: PublicLink.VisitorAuth.EMAIL,
-}
 MIN_LINK_PASSWORD_CHARS = 8
 MAX_LINK_PASSWORD_CHARS = 200
 MAX_LINK_EMAIL_DOMAINS = 20

@@ -15,6 +15,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from tests import factories
 from tests.browser import NetworkLog
 from tests.environment import RUN_DIR
+from webapps import gate
 from webapps import headers as header_rules
 from webapps import services as webapps
 
@@ -141,14 +142,14 @@ def test_opened_directly_the_app_runs_framed_by_quor_with_an_opaque_origin(webap
     assert urlsplit(frame.url).netloc != urlsplit(QUOR).netloc
     assert result["subresource"] is True, "the app's own script did not load"
     assert_the_app_is_boxed_in(result, framed=True)
-    handoffs = [r for r in app_responses if urlsplit(r.url).path == webapps.HANDOFF_PATH]
+    handoffs = [r for r in app_responses if urlsplit(r.url).path == gate.HANDOFF_PATH]
     set_cookie = handoffs[-1].all_headers()["set-cookie"]
     for attribute in ("HttpOnly", "SameSite=None", "Secure", "Partitioned", "Path=/"):
         assert attribute in set_cookie, set_cookie
     assert "Domain" not in set_cookie
     for response in app_responses:  # every answer of the app's origin, redirects included
         assert response.headers["content-security-policy"] == header_rules.SANDBOX_CSP
-        if urlsplit(response.url).path != webapps.HANDOFF_PATH:
+        if urlsplit(response.url).path != gate.HANDOFF_PATH:
             assert "set-cookie" not in response.all_headers()
     assert "allow-same-origin" not in header_rules.SANDBOX_CSP
     assert {"sessionid", "csrftoken"} <= {cookie["name"] for cookie in browser.cookies(QUOR)}

@@ -17,7 +17,7 @@ from werkzeug.wrappers import Request, Response
 from tests.environment import PORTS
 from tests.webapps.test_proxy_protocol import APP, VIEWER_ID, Stack, read_until_closed
 from webapps import headers as header_rules
-from webapps import proxy as proxy_module
+from webapps import pages
 
 
 def honoured(name: str, by: str):
@@ -410,7 +410,7 @@ def test_an_app_trusting_every_forwarded_header_still_sees_the_url_the_proxy_che
 
 # The proxy's own 400 page: the app's parser refuses some of these too, and its 400 must
 # not pass for the proxy's.
-BAD_REQUEST_PAGE = proxy_module._page(400, "Bad request.")[1]
+BAD_REQUEST_PAGE = pages.page(400, "Bad request.")[1]
 
 
 def assert_refused_before_the_app(stack, request: bytes) -> None:

@@ -5,11 +5,11 @@ no script or inline style, and the message escaped."""
 from django.conf import settings
 
 from webapps import headers as header_rules
-from webapps import proxy
+from webapps import pages
 
 
 def test_the_waking_page_looks_like_quor_and_keeps_the_sandbox_csp():
-    headers, body = proxy._page(503, "Waking <up> & soon.", refresh=3)
+    headers, body = pages.page(503, "Waking <up> & soon.", refresh=3)
     page = body.decode()
     assert ("content-security-policy", header_rules.SANDBOX_CSP) in headers
     assert ("refresh", "3") in headers
@@ -23,7 +23,7 @@ def test_the_waking_page_looks_like_quor_and_keeps_the_sandbox_csp():
 
 
 def test_other_answers_are_titled_by_their_status_without_a_progress_bar():
-    _, body = proxy._page(404, "There is no such app, or it is not shared with you.")
+    _, body = pages.page(404, "There is no such app, or it is not shared with you.")
     page = body.decode()
     assert "<h1>App not found</h1>" in page
     assert "<progress" not in page

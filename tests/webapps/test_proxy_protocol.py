@@ -18,9 +18,9 @@ import uvloop
 from aiohttp import web
 
 from tests.environment import PORTS
+from webapps import gate, services
 from webapps import headers as header_rules
 from webapps import proxy as proxy_module
-from webapps import services
 from webapps.proxy import WebAppProxy, serve
 
 VIEWER_ID = 7
@@ -414,8 +414,8 @@ def test_the_caches_never_grow_past_their_bound(monkeypatch):
 def test_an_app_of_a_sleeping_sandbox_says_it_is_waking_and_reloads_itself(stack):
     response = stack.get("/", label=ASLEEP)
     assert response.status == 503
-    assert response.getheader("Refresh") == str(proxy_module.WAKING_RETRY_SECONDS)
-    assert response.getheader("Retry-After") == str(proxy_module.WAKING_RETRY_SECONDS)
+    assert response.getheader("Refresh") == str(gate.WAKING_RETRY_SECONDS)
+    assert response.getheader("Retry-After") == str(gate.WAKING_RETRY_SECONDS)
     assert b"waking up" in response.read()
 
 

@@ -25,8 +25,8 @@ from tests.docker_helpers import wait_for_port
 from tests.environment import free_port
 from tests.webapps.conftest import PROXY, cookie_for, fetch
 from tests.webapps.test_webapp_proxy import HOSTILE_HEADERS
+from webapps import gate, link_codes, link_quotas
 from webapps import headers as header_rules
-from webapps import link_codes, link_quotas
 from webapps import services as webapps
 from webapps.models import PublicLink, PublicLinkVisit
 
@@ -100,7 +100,7 @@ def give_password(link, password, *, next_path="/echo", proxy=PROXY, headers=Non
     body = urlencode({"password": password, "next": next_path})
     return visit(
         link,
-        webapps.LINK_PASSWORD_PATH,
+        gate.LINK_PASSWORD_PATH,
         proxy=proxy,
         method="POST",
         headers={"Content-Type": "application/x-www-form-urlencoded", **(headers or {})},
@@ -180,7 +180,7 @@ def test_password_guesses_are_limited_across_proxy_processes(webapp, owner, seco
         assert give_password(link, "a wrong guess").status == 403
     body = urlencode({"password": PASSWORD, "next": "/"})
     locked = visit(
-        link, webapps.LINK_PASSWORD_PATH, proxy=second_proxy, method="POST", body=body,
+        link, gate.LINK_PASSWORD_PATH, proxy=second_proxy, method="POST", body=body,
         headers={"Content-Type": "application/x-www-form-urlencoded"},
     )  # fmt: skip
     assert locked.status == 429
@@ -406,11 +406,11 @@ def send_form(link, path, fields, *, proxy=PROXY):
 
 
 def ask_code(link, address, **kwargs):
-    return send_form(link, webapps.LINK_EMAIL_PATH, {"email": address}, **kwargs)
+    return send_form(link, gate.LINK_EMAIL_PATH, {"email": address}, **kwargs)
 
 
 def give_code(link, address, code, **kwargs):
-    return send_form(link, webapps.LINK_CODE_PATH, {"email": address, "code": code}, **kwargs)
+    return send_form(link, gate.LINK_CODE_PATH, {"email": address, "code": code}, **kwargs)
 
 
 def mailed_code(mailbox, address) -> str:
@@ -568,5 +568,5 @@ def test_the_email_forms_are_only_for_email_links(webapp, owner, mailbox):
     link = make_email_link(owner, webapp)
     assert give_password(link, PASSWORD).status == 404
     assert ask_code(link, "not an address").status == 400
-    assert visit(link, webapps.LINK_EMAIL_PATH).status == 200  # the form, asked for
+    assert visit(link, gate.LINK_EMAIL_PATH).status == 200  # the form, asked for
     assert mailbox.messages == []

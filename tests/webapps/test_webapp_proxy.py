@@ -18,6 +18,7 @@ from tests import factories
 from tests.environment import PORTS
 from tests.webapps.conftest import PROXY, app_host, cookie_for, fetch
 from tests.webapps.sandbox_app import FRONT_SERVER_HEADERS
+from webapps import gate
 from webapps import headers as header_rules
 from webapps import services as webapps
 
@@ -114,7 +115,7 @@ def test_a_cookie_of_another_app_or_a_stale_handoff_is_refused(webapp, owner):
     other_label = "w0000000000000000"
     forged = f"{webapps.VIEWER_COOKIE}={webapps.viewer_cookie(owner.pk, other_label)}"
     assert fetch(webapp, "/echo", headers={"Cookie": forged}).status == 302
-    assert fetch(webapp, f"{webapps.HANDOFF_PATH}?token=garbage").status == 404
+    assert fetch(webapp, f"{gate.HANDOFF_PATH}?token=garbage").status == 404
 
 
 def test_streaming_ranges_uploads_and_server_sent_events(webapp, owner):
