@@ -112,7 +112,8 @@ class AgentEventAdmin(admin.ModelAdmin):
 @admin.register(ExecRecord)
 class ExecRecordAdmin(ReadOnlyAdmin, OrganizationAdminAccess, admin.ModelAdmin):
     """The exec journal: who ran what in which session, and what became of it; read by
-    those who read the audit log, kept QUOR_EXEC_JOURNAL_RETENTION_DAYS."""
+    those who read the audit log, kept QUOR_EXEC_JOURNAL_RETENTION_DAYS. A terminal
+    attachment's commands (via `shell`) are found by its id."""
 
     admin_permissions = {
         "view": Permission.AUDIT_VIEW,
@@ -122,7 +123,7 @@ class ExecRecordAdmin(ReadOnlyAdmin, OrganizationAdminAccess, admin.ModelAdmin):
     }
     list_display = ["started_at", "user", "session", "via", "__str__", "status", "exit_code"]
     list_filter = ["status", "via", "started_at"]
-    search_fields = ["user__email", "session__id", "idempotency_key", "id"]
+    search_fields = ["user__email", "session__id", "idempotency_key", "id", "attachment__id"]
     date_hierarchy = "started_at"
     list_select_related = ["user", "session"]
     fields = [
@@ -131,6 +132,7 @@ class ExecRecordAdmin(ReadOnlyAdmin, OrganizationAdminAccess, admin.ModelAdmin):
         "user",
         "session",
         "via",
+        "attachment",
         "idempotency_key",
         "argv",
         "cwd",

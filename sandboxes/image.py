@@ -169,7 +169,8 @@ def archive_folder_argv(folder: str) -> list[str]:
 # which), so that a shell outlives the WebSocket that showed it and each server keeps the
 # proxy identity of the session that started it. `new-session -A` attaches to the
 # session's shell, starting it first if there is none; `-D` detaches any other client
-# (a connection Quor already let go of), so the window takes this one's size.
+# (a connection Quor already let go of), so the window takes this one's size. Passthrough
+# lets the shell's command markers (sandboxes/terminal/markers.py) reach the client.
 TERMINAL_NAME = "terminal"
 
 
@@ -180,7 +181,7 @@ def _terminal_server(session_id: str) -> list[str]:
 def terminal_attach_argv(session_id: str, cwd: str) -> list[str]:
     return [
         *_terminal_server(session_id), "new-session", "-A", "-D", "-s", TERMINAL_NAME, "-c", cwd,
-        ";", "set-option", "status", "off",
+        ";", "set-option", "status", "off", ";", "set-option", "-g", "allow-passthrough", "on",
     ]  # fmt: skip
 
 

@@ -439,6 +439,7 @@ class ExecRecord(models.Model):
         API = "api", "API"
         COMMAND = "command", "Manage command"
         TERMINAL = "terminal", "Terminal"
+        SHELL = "shell", "Terminal command"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     organization = models.ForeignKey(
@@ -480,6 +481,17 @@ class ExecRecord(models.Model):
         "timeout has killed it and its process never wrote the result."
     )
     finished_at = models.DateTimeField(null=True, blank=True)
+    attachment = models.ForeignKey(
+        "self",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="commands",
+        help_text="For a command run at the terminal's shell (via `shell`): the terminal "
+        "attachment it was reported in. Its argv is the command line as the shell "
+        "reported it (empty when the shell kept none), and the recording is the record "
+        "of truth.",
+    )
 
     replayed = False
     """True on a record a retry got back instead of a second run (never stored)."""

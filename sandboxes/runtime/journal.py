@@ -118,6 +118,29 @@ def exec_begin(*, user, organization, session, request, idempotency_key: str, vi
     return _earlier_outcome(earlier.pk)
 
 
+def exec_shell_command_begin(*, attachment: ExecRecord, argv: list[str], cwd: str) -> ExecRecord:
+    """The record of a command the terminal's shell reported starting, in the attachment
+    whose PTY reported it: its argv is the command line as the shell reported it (the
+    shell's word, not Quor's), its deadline the attachment's."""
+    now = timezone.now()
+    record = ExecRecord(
+        organization_id=attachment.organization_id,
+        user_id=attachment.user_id,
+        session_id=attachment.session_id,
+        via=ExecRecord.Via.SHELL,
+        attachment=attachment,
+        request_hash="",
+        argv=argv,
+        cwd=cwd,
+        timeout_s=0,
+        runner=runner_name(),
+        started_at=now,
+        deadline=attachment.deadline,
+    )
+    record.save(force_insert=True)
+    return record
+
+
 def _claim_again(earlier: ExecRecord, record: ExecRecord) -> bool:
     fields = {
         "status": ExecRecord.Status.RUNNING,

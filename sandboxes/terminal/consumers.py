@@ -26,7 +26,7 @@ from quor.lib.kept_connections import on_kept_connection
 from quor.lib.permissions import Permission
 from sandboxes.runtime import services as runtime
 from sandboxes.sessions.sockets import CLOSE_UNAUTHENTICATED, session_of_socket
-from sandboxes.terminal import services
+from sandboxes.terminal import markers, services
 
 CLOSE_ENDED = 4000
 CLOSE_ATTACH_AGAIN = 4001  # the attachment reached ATTACHMENT_MAX_S
@@ -40,6 +40,7 @@ OPENED_ELSEWHERE = "The terminal was opened elsewhere."
 TOUCH_EVERY_S = 30
 
 _output_record = on_kept_connection(services.terminal_output_record)
+_commands_record = on_kept_connection(services.terminal_commands_record)
 _sandbox_touch = on_kept_connection(runtime.sandbox_touch)
 
 
@@ -122,8 +123,10 @@ class TerminalConsumer(AsyncWebsocketConsumer):
 
     async def _show_and_record(self):
         """Each piece the PTY sent is shown, then stored (the recording holds what was
-        shown); at the end of the PTY, the attachment ends and the socket says why."""
+        shown) and read for the shell's command markers; at the end of the PTY, the
+        attachment ends and the socket says why."""
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        reader = markers.MarkerReader()
         limit = settings.QUOR_TERMINAL_RECORDING_MAX_BYTES
         while data := await self.output.get():
             if self.closing:
@@ -134,6 +137,8 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                 # Nothing more is shown unrecorded: the shell ends, the socket closes.
                 await _end(session_id=self.attachment.session_id, reason=services.ENDED_BY_SIZE)
                 return
+            if events := reader.feed(data):
+                await _commands_record(self.attachment, events)
         if self.detached.is_set():
             return  # this side ended it: the socket is closing already
         reason = await self._detach()

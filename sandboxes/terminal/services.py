@@ -7,14 +7,16 @@ attaches to it. The web tier records what the PTY sends as it shows it (rows of
 TerminalOutput, durable at once), so nothing in the sandbox can turn the recording off;
 when the shell ends (`exit`, a cancel of the session's turn, the sandbox's sleep or stop)
 the rows become an asciicast v2 file in the file store. Each attachment is a record of
-the exec journal (via `terminal`), finished when it ends.
+the exec journal (via `terminal`), finished when it ends; each command the shell reports
+running (sandboxes/terminal/markers.py) is a record of its own (via `shell`), linked to
+the attachment's.
 """
 
 import json
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from asgiref.sync import async_to_sync
@@ -33,13 +35,25 @@ from sandboxes.backends.base import BackendError, ExecResult, RuntimeMissing, Te
 from sandboxes.image import WORKSPACE
 from sandboxes.models import ExecRecord, Sandbox, Session, TerminalOutput, TerminalRecording
 from sandboxes.runtime import journal, services
+from sandboxes.terminal import markers
 
 logger = logging.getLogger(__name__)
 
 MAX_COLS = 500
 MAX_ROWS = 200
-# What the shell runs with besides the session's identity.
-TERMINAL_ENV = {"TERM": "xterm-256color", "SHELL": "/bin/bash"}
+# What the shell runs with besides the session's identity: its shell integration reports
+# each command it runs (sandboxes/terminal/markers.py).
+TERMINAL_ENV = {"TERM": "xterm-256color", "SHELL": "/bin/bash", **markers.SHELL_ENV}
+# The most commands the shell's markers journal per attachment, and the most shells
+# (nested ones) with a command running at once: a program in the sandbox that forges
+# markers cannot flood the journal.
+MAX_COMMANDS_PER_ATTACHMENT = 1000
+MAX_OPEN_COMMANDS = 8
+NO_END_REPORTED = (
+    "The attachment ended before the shell reported this command's end: it may still "
+    "run, or the shell that ran it is gone. The recording shows what happened."
+)
+SUPERSEDED = "The same shell reported another command before this one's end."
 # The journal's deadline of an attachment: the consumer ends one that lasts longer (the
 # browser attaches again at once), so that a record still running past it is one whose
 # web process died.
@@ -78,6 +92,11 @@ class TerminalAttachment:
     record: ExecRecord
     terminal: Terminal
     attached_at: float
+    # The commands the shell reported running and not ended yet, by shell pid, and how
+    # many were journaled (at most MAX_COMMANDS_PER_ATTACHMENT).
+    commands: dict[str, ExecRecord] = field(default_factory=dict)
+    commands_journaled: int = 0
+    detached: bool = False
 
 
 def terminal_attach(*, user, session: Session, cols: int, rows: int) -> TerminalAttachment:
@@ -195,6 +214,58 @@ def _record(attachment: TerminalAttachment, kind: str, data: str) -> None:
         )
 
 
+def terminal_commands_record(
+    attachment: TerminalAttachment, events: list[markers.CommandStarted | markers.CommandEnded]
+) -> None:
+    """Journals what the shell's markers reported: a started command is a record (via
+    `shell`), an ended one gets its exit status. The shell's word, bounded: a marker's
+    content by markers.py, the records by MAX_COMMANDS_PER_ATTACHMENT."""
+    for event in events:
+        if attachment.detached:
+            return
+        if isinstance(event, markers.CommandEnded):
+            record = attachment.commands.pop(event.shell_pid, None)
+            if record is not None:
+                duration = (timezone.now() - record.started_at).total_seconds()
+                _journal_finished(record, exit_code=event.exit_code, duration_s=duration)
+            continue
+        if (earlier := attachment.commands.pop(event.shell_pid, None)) is not None:
+            journal.exec_interrupted(earlier, SUPERSEDED)
+        if attachment.commands_journaled >= MAX_COMMANDS_PER_ATTACHMENT:
+            if attachment.commands_journaled == MAX_COMMANDS_PER_ATTACHMENT:
+                logger.warning(
+                    "terminal attachment %s reached %d commands: no more are journaled",
+                    attachment.record.pk,
+                    MAX_COMMANDS_PER_ATTACHMENT,
+                )
+                attachment.commands_journaled += 1
+            continue
+        if len(attachment.commands) >= MAX_OPEN_COMMANDS:
+            continue
+        attachment.commands_journaled += 1
+        attachment.commands[event.shell_pid] = journal.exec_shell_command_begin(
+            attachment=attachment.record,
+            argv=[] if event.line is None else [event.line],
+            cwd=event.cwd,
+        )
+
+
+def _journal_finished(record: ExecRecord, *, exit_code: int, duration_s: float) -> None:
+    """The terminal's records keep no output: the recording has it."""
+    journal.exec_finished(
+        record,
+        ExecResult(
+            exit_code=exit_code,
+            stdout=b"",
+            stderr=b"",
+            stdout_truncated=False,
+            stderr_truncated=False,
+            timed_out=False,
+            duration_s=round(duration_s, 3),
+        ),
+    )
+
+
 def terminal_resize(attachment: TerminalAttachment, *, cols: int, rows: int) -> None:
     cols, rows = clean_terminal_size(cols, rows)
     attachment.terminal.resize(cols, rows)
@@ -211,24 +282,20 @@ def terminal_detach(attachment: TerminalAttachment) -> str:
     """Ends this attachment (its PTY's client, never the shell) and, when the shell is
     gone, the recording; then finishes its journal record (so a finished record means
     all of this is done). Returns why the shell ended, "" while it lives."""
+    attachment.detached = True
     attachment.terminal.close()
+    while attachment.commands:
+        journal.exec_interrupted(attachment.commands.popitem()[1], NO_END_REPORTED)
     exit_code = attachment.terminal.exit_code()
     reason = _why_the_shell_ended(attachment)
     if reason:
         terminal_recording_finish(recording_id=attachment.recording_id, reason=reason)
         stored = TerminalRecording.objects.filter(pk=attachment.recording_id)
         reason = stored.values_list("end_reason", flat=True).first() or reason
-    journal.exec_finished(
+    _journal_finished(
         attachment.record,
-        ExecResult(
-            exit_code=-1 if exit_code is None else exit_code,
-            stdout=b"",
-            stderr=b"",
-            stdout_truncated=False,
-            stderr_truncated=False,
-            timed_out=False,
-            duration_s=round(time.monotonic() - attachment.attached_at, 3),
-        ),
+        exit_code=-1 if exit_code is None else exit_code,
+        duration_s=time.monotonic() - attachment.attached_at,
     )
     return reason
 

@@ -25,6 +25,7 @@ from sandboxes.image import WORKSPACE
 from sandboxes.models import ExecRecord, Sandbox, Session, TerminalOutput, TerminalRecording
 from sandboxes.runtime import services
 from sandboxes.sessions import services as sessions
+from sandboxes.terminal import markers
 from sandboxes.terminal import services as terminal
 from tests import factories
 from tests.docker_helpers import wait_for_port
@@ -240,6 +241,84 @@ def test_the_terminal_is_resizable(quor_web, owner, session):
     eventually_shows(viewer, ask, rb"size-30x100")
     viewer.send(json.dumps({"resize": [120, 40]}))
     eventually_shows(viewer, ask, rb"size-40x120")
+    viewer.close()
+
+
+# --- the commands its shell reports -------------------------------------------------------
+
+
+def journal_as_auditor(org, attachment) -> list[ExecRecord]:
+    """The attachment's commands as the organization's auditors read the exec journal:
+    the admin's list, filtered by via and searched by the attachment's id; oldest first."""
+    auditor = factories.make_user(org, role=Membership.Role.AUDITOR, email="au@acme.test")
+    client = Client()
+    client.force_login(auditor)
+    response = client.get(
+        reverse("admin:sandboxes_execrecord_changelist"),
+        {"via__exact": ExecRecord.Via.SHELL, "q": str(attachment.pk), "all": ""},
+    )
+    assert response.status_code == 200
+    return sorted(response.context["cl"].result_list, key=lambda record: record.started_at)
+
+
+def shell_commands(session):
+    return ExecRecord.objects.filter(session=session, via=ExecRecord.Via.SHELL)
+
+
+def test_each_command_the_shell_runs_is_a_journal_record_of_the_attachment(
+    quor_web, org, owner, session
+):
+    viewer = Viewer(quor_web, session, owner)
+    for line in ("echo one", "false", "sleep 0.2 && echo two"):
+        viewer.type(line + "\r")
+    viewer.until(rb"(?<!echo )two")
+    wait_until(
+        lambda: shell_commands(session).filter(status=ExecRecord.Status.FINISHED).count() == 3,
+        30,
+        "the shell reported three commands ended",
+    )
+    attachment = ExecRecord.objects.get(session=session, via=ExecRecord.Via.TERMINAL)
+    commands = journal_as_auditor(org, attachment)
+    assert [(record.argv, record.exit_code) for record in commands] == [
+        (["echo one"], 0),
+        (["false"], 1),
+        (["sleep 0.2 && echo two"], 0),
+    ]
+    for record in commands:
+        assert record.attachment_id == attachment.pk and record.user == owner
+        assert record.cwd == services.session_workspace(session)
+        assert record.started_at <= record.finished_at
+    # Times are when the web tier read the markers: near the shell's, not exact.
+    assert commands[2].duration_s > 0.1
+    viewer.close()
+
+
+# A program in the sandbox forging markers (wrapped for tmux's passthrough, as the shell's
+# are): one whose command line is far past the bound, then more than the bound of records.
+FORGER = (
+    "python3 -c 'import base64,sys; w=sys.stdout.buffer.write; "
+    'm=lambda p: w(b"\\x1bPtmux;\\x1b\\x1b]6973;"+p+b"\\x07\\x1b\\\\"); '
+    "h=lambda s: base64.b64encode(s.encode()); "
+    'm(b"C;7;1;"+h("    1  "+"x"*30000)+b";"+h("/"+"d"*9000)); m(b"D;7;0"); '
+    '[(m(b"C;7;1;"+h("    1  forged %d" % i)+b";L3RtcA=="), m(b"D;7;3")) for i in range(1200)]; '
+    'w(b"forging "+b"done\\n")\'\r'
+)
+
+
+def test_forged_markers_journal_no_more_than_their_bounds(quor_web, owner, session):
+    viewer = Viewer(quor_web, session, owner)
+    viewer.type(FORGER)
+    viewer.until(rb"forging done")
+    viewer.type("echo after-$((1+1))\r")
+    # Shown after all the forged markers, which are read before the next output is shown.
+    viewer.until(rb"after-2")
+    commands = shell_commands(session)
+    assert commands.count() == terminal.MAX_COMMANDS_PER_ATTACHMENT
+    assert not commands.filter(argv=["echo after-$((1+1))"]).exists()
+    longest = max(len(line) for argv in commands.values_list("argv", flat=True) for line in argv)
+    assert longest == markers.MAX_COMMAND_LINE
+    forged = commands.get(argv__0__startswith="xxx")
+    assert forged.argv[0].endswith(markers.TRUNCATED) and len(forged.cwd) <= 4096
     viewer.close()
 
 
