@@ -1,14 +1,60 @@
-"""Reading an organization's Apps: for sessions, the proxy and `egress_check`."""
+"""Reading an organization's Apps: for the pages and the API, sessions, the proxy and
+`egress_check`."""
 
-from django.db.models import Count, DecimalField, Func, Sum
+from django.db.models import Count, DecimalField, Func, Prefetch, Q, Sum
 
 from apps import policy
 from apps.models import App, AppAction, AppCredential
 from quor.lib.errors import InvalidInput
+from quor.lib.permissions import Permission, get_active_membership, role_has
 
 
 def enabled_apps(organization):
     return App.objects.filter(organization=organization, enabled=True)
+
+
+def apps_visible_to(user):
+    """The Apps of the user's organization that the user may see: all of them for those
+    who may read the organization's configuration, the enabled ones for everyone else."""
+    membership = get_active_membership(user)
+    apps = App.objects.filter(organization=membership.organization)
+    if not role_has(membership.role, Permission.ORGANIZATION_VIEW):
+        apps = apps.filter(enabled=True)
+    return apps
+
+
+def apps_with_actions_visible_to(user):
+    """The Apps the user may see (apps_visible_to), with their actions."""
+    return apps_visible_to(user).prefetch_related("actions")
+
+
+def enabled_apps_with_actions_visible_to(user):
+    """The enabled Apps the user may see, with their actions by name."""
+    return (
+        apps_visible_to(user)
+        .filter(enabled=True)
+        .prefetch_related(Prefetch("actions", AppAction.objects.order_by("name")))
+    )
+
+
+def credentials_set(user, apps) -> set[tuple[int, int | None]]:
+    """(app id, user id) of the credentials set for these Apps that the user may know
+    of: the organization's (user id None) and the user's own, from one query; never a
+    secret."""
+    return set(
+        AppCredential.objects.filter(app__in=apps)
+        .filter(Q(user__isnull=True) | Q(user=user))
+        .values_list("app_id", "user_id")
+    )
+
+
+def catalog_apps_added(organization) -> dict[str, int]:
+    """The organization's Apps added from the catalog: catalog key to App id."""
+    return dict(
+        App.objects.filter(organization=organization)
+        .exclude(catalog_key="")
+        .values_list("catalog_key", "pk")
+    )
 
 
 def apps_for_selection(organization, app_ids) -> list[App]:

@@ -15,10 +15,11 @@ from django.db import IntegrityError, transaction
 from apps import policy
 from apps.catalog import CatalogApp, catalog_app
 from apps.models import App, AppAction, AppCredential, Policy
+from apps.selectors import apps_visible_to
 from quor.audit import audit_record, field_changes, secret_change
 from quor.lib.errors import Conflict, InvalidInput, NotFound
 from quor.lib.ids import is_database_id
-from quor.lib.permissions import Permission, get_active_membership, require_permission, role_has
+from quor.lib.permissions import Permission, require_permission
 from quor.models import Membership
 
 UNCHANGED = object()  # app_update: "leave this field as it is"
@@ -428,16 +429,6 @@ def _audit_credential(app: App, user, change: str) -> None:
 
 
 # --- access: the one way every entry point loads Apps for a user ----------------------------
-
-
-def apps_visible_to(user):
-    """The Apps of the user's organization that the user may see: all of them for those
-    who may read the organization's configuration, the enabled ones for everyone else."""
-    membership = get_active_membership(user)
-    apps = App.objects.filter(organization=membership.organization)
-    if not role_has(membership.role, Permission.ORGANIZATION_VIEW):
-        apps = apps.filter(enabled=True)
-    return apps
 
 
 def get_app_for_member(user, app_id) -> App:

@@ -2,14 +2,12 @@
 may do, and connect or disconnect their own token. Same services as the API."""
 
 from django.contrib import messages
-from django.db.models import Prefetch, Q
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from apps import services
+from apps import selectors, services
 from apps.catalog import catalog_app
-from apps.models import AppAction, AppCredential
 from quor.lib.errors import QuorError
 from quor.lib.permissions import Permission, page_requires
 
@@ -24,18 +22,10 @@ def _app_or_404(user, app_id):
 @page_requires(Permission.ACCOUNT)
 def app_list(request):
     try:
-        apps = list(
-            services.apps_visible_to(request.user)
-            .filter(enabled=True)
-            .prefetch_related(Prefetch("actions", AppAction.objects.order_by("name")))
-        )
+        apps = list(selectors.enabled_apps_with_actions_visible_to(request.user))
     except QuorError as exc:
         return render(request, "apps/app_list.html", {"apps": [], "unavailable": exc.message})
-    credentials = set(
-        AppCredential.objects.filter(app__in=apps)
-        .filter(Q(user__isnull=True) | Q(user=request.user))
-        .values_list("app_id", "user_id")
-    )
+    credentials = selectors.credentials_set(request.user, apps)
     for app in apps:
         app.has_organization_credential = (app.pk, None) in credentials
         app.has_my_credential = (app.pk, request.user.pk) in credentials

@@ -5,9 +5,8 @@ from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from knowledge import services
+from knowledge import selectors, services
 from knowledge.extraction import CONTENT_TYPES
-from knowledge.models import KnowledgeSource
 from knowledge.search import search_for_user, sources_readable_by
 from quor.lib.errors import InvalidInput, QuorError
 from quor.lib.ids import is_database_id
@@ -51,9 +50,7 @@ def _upload_sources(user):
         membership = require_permission(user, Permission.ORGANIZATION_MANAGE)
     except QuorError:
         return None
-    return KnowledgeSource.objects.filter(
-        organization_id=membership.organization_id, kind=KnowledgeSource.Kind.UPLOAD
-    )
+    return selectors.upload_sources_of(membership.organization_id)
 
 
 @page_requires(Permission.ORGANIZATION_MANAGE)
@@ -64,9 +61,7 @@ def knowledge_upload(request):
         source_id = request.POST.get("source", "")
         source = None
         if is_database_id(source_id):
-            source = KnowledgeSource.objects.filter(
-                pk=int(source_id), organization=membership.organization
-            ).first()
+            source = selectors.source_of(membership.organization, int(source_id))
         if source is None:
             raise InvalidInput("Choose one of your sources.", code="knowledge.invalid_source")
         upload = request.FILES.get("file")

@@ -4,8 +4,9 @@ from dataclasses import dataclass
 
 from django.db.models import Q
 
+from quor.lib.errors import NotFound
 from quor.lib.ids import is_database_id
-from quor.models import Membership, ModelProvider, OrganizationGroup
+from quor.models import Membership, ModelProvider, Organization, OrganizationGroup, ServiceAccount
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,25 @@ def find_model(*, organization, model_id: str) -> ModelChoice | None:
     return ModelChoice(provider=provider, name=name)
 
 
+def all_organizations():
+    return Organization.objects.all()
+
+
+def get_organization_by_slug(slug) -> Organization:
+    organization = Organization.objects.filter(slug=slug).first()
+    if organization is None:
+        raise NotFound("No such organization.", code="organizations.not_found")
+    return organization
+
+
+def get_organization_member(organization, member_id) -> Membership:
+    """A membership of this organization; any other is 404."""
+    membership = Membership.objects.filter(organization=organization, pk=member_id).first()
+    if membership is None:
+        raise NotFound("No such member.", code="members.not_found")
+    return membership
+
+
 def organization_members(organization):
     """The organization's members, service accounts included (they may be named in
     access lists too)."""
@@ -73,3 +93,39 @@ def organization_groups(organization):
     return OrganizationGroup.objects.filter(organization=organization).prefetch_related(
         "group__user_set"
     )
+
+
+def model_providers_of(organization):
+    return ModelProvider.objects.filter(organization=organization)
+
+
+def model_provider_of(organization, provider_id) -> ModelProvider | None:
+    """A provider of this organization; None for any other."""
+    return model_providers_of(organization).filter(pk=provider_id).first()
+
+
+def api_tokens_of(user):
+    """The user's personal API tokens, revoked ones too."""
+    return user.api_tokens.all()
+
+
+def working_api_tokens_of(user):
+    """The user's personal API tokens that are not revoked."""
+    return user.api_tokens.filter(revoked_at__isnull=True)
+
+
+def get_working_api_token(user, token_id):
+    """One of the user's tokens that is not revoked; any other is 404."""
+    token = working_api_tokens_of(user).filter(pk=token_id).first()
+    if token is None:
+        raise NotFound("No such token.")
+    return token
+
+
+def service_accounts_of(organization):
+    return ServiceAccount.objects.filter(organization=organization).select_related("user")
+
+
+def service_account_tokens(account: ServiceAccount):
+    """The account's tokens, revoked and expired ones too."""
+    return account.tokens.all()

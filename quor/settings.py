@@ -482,6 +482,8 @@ QUOR_TUNNELS_PER_USER = envint("QUOR_TUNNELS_PER_USER", 2)
 QUOR_TUNNEL_TTL_SECONDS = envint("QUOR_TUNNEL_TTL_SECONDS", 8 * 3600)
 # Largest request body, and largest response body, relayed through a tunnel.
 QUOR_TUNNEL_MAX_BODY_BYTES = envint("QUOR_TUNNEL_MAX_BODY_BYTES", 10 * 1024**2)
+# Bytes each way a WebSocket through a tunnel may carry before it is closed.
+QUOR_TUNNEL_WEBSOCKET_MAX_BYTES = envint("QUOR_TUNNEL_WEBSOCKET_MAX_BYTES", 100 * 1024**2)
 # Whether opening a tunnel also needs the operator token (X-Quor-Operator-Token).
 QUOR_TUNNEL_REQUIRE_OPERATOR_TOKEN = envbool("QUOR_TUNNEL_REQUIRE_OPERATOR_TOKEN", False)
 # Seconds a request parked for the user's approval waits before it fails closed.

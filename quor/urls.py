@@ -39,6 +39,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/", include("quor.api.urls")),
     path("api/v1/", include("sandboxes.api.urls")),
+    path("api/v1/", include("webapps.api.urls")),
     path("api/v1/", include("approvals.api.urls")),
     path("api/v1/", include("apps.api.urls")),
     path("api/v1/", include("knowledge.api.urls")),

@@ -9,7 +9,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST
 
-from quor import health, services
+from quor import health, selectors, services
 from quor.lib.errors import NotFound, QuorError, error_response
 from quor.lib.login_attempts import sign_in_rate_limited
 from quor.lib.permissions import Permission, page_requires, public_page
@@ -71,7 +71,7 @@ def api_tokens(request):
         request,
         "quor/api_tokens.html",
         {
-            "tokens": request.user.api_tokens.all(),
+            "tokens": selectors.api_tokens_of(request.user),
             "name": name,
             "error": error,
             "created": created,

@@ -1,9 +1,12 @@
-"""Reads of sandboxes and sessions, always for a given user."""
+"""Reads of sandboxes, sessions and what they hold, and of Skills: for a given user, or
+sandbox (the operator API's: of every organization)."""
 
 import uuid
 
+from django.db.models import Max
+
 from quor.lib.errors import NotFound
-from sandboxes.models import ExecRecord, Sandbox, Session
+from sandboxes.models import ExecRecord, Sandbox, Session, Skill
 
 
 def sessions_of(user):
@@ -28,11 +31,37 @@ def get_session_for_user(user, session_id) -> Session:
     return session
 
 
+def sandbox_of(user) -> Sandbox | None:
+    """The user's own sandbox, None when they have none yet."""
+    return Sandbox.objects.filter(user=user).first()
+
+
 def get_sandbox_for_user(user):
     """The user's own sandbox; 404 when they have none yet."""
-    sandbox = Sandbox.objects.filter(user=user).first()
+    sandbox = sandbox_of(user)
     if sandbox is None:
         raise NotFound("You have no sandbox yet.")
+    return sandbox
+
+
+def sandboxes_for_operator(*, organization: str = "", state: str = ""):
+    """Every organization's sandboxes (the operator API), of one organization (a slug)
+    or in one state where given."""
+    sandboxes = Sandbox.objects.select_related("user__membership__organization")
+    if organization:
+        sandboxes = sandboxes.filter(user__membership__organization__slug=organization)
+    if state:
+        sandboxes = sandboxes.filter(state=state)
+    return sandboxes
+
+
+def get_sandbox_for_operator(sandbox_id) -> Sandbox:
+    """Any organization's sandbox; an unknown or malformed id is 404."""
+    sandbox = (
+        sandboxes_for_operator().filter(pk=sandbox_id).first() if is_uuid(sandbox_id) else None
+    )
+    if sandbox is None:
+        raise NotFound("No such sandbox.", code="sandboxes.not_found")
     return sandbox
 
 
@@ -46,3 +75,43 @@ def get_exec_record(session: Session, exec_id) -> ExecRecord:
     if record is None:
         raise NotFound("No such command in this session's journal.")
     return record
+
+
+def exec_records_of(session: Session):
+    """The session's exec journal."""
+    return session.exec_records.all()
+
+
+def session_of_sandbox(sandbox: Sandbox, session_id) -> Session | None:
+    """One of the sandbox's own sessions; None for another's, or a malformed id."""
+    return sandbox.sessions.filter(pk=session_id).first() if is_uuid(session_id) else None
+
+
+def workspace_reset_after(session: Session):
+    """The first reset of the session's sandbox's workspace since the session began, or
+    None."""
+    return (
+        session.sandbox.resets.filter(created_at__gt=session.created_at)
+        .order_by("created_at")
+        .first()
+    )
+
+
+def last_event_seq(session: Session) -> int:
+    """The seq of the session's newest event (0: none yet)."""
+    return session.events.aggregate(last=Max("seq"))["last"] or 0
+
+
+def session_apps(session: Session):
+    """The Apps the session may use, by name."""
+    return session.apps.order_by("name")
+
+
+def skills_of(organization):
+    """The organization's Skills (an Organization or its id)."""
+    return Skill.objects.filter(organization=organization)
+
+
+def library_files_of(user):
+    """The user's library files, with their blobs."""
+    return user.library_files.select_related("blob")

@@ -4,7 +4,6 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib import messages
-from django.db.models import Max
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -19,11 +18,12 @@ from quor.lib.errors import QuorError
 from quor.lib.permissions import Permission, get_active_membership, page_requires
 from quor.lib.streaming import StreamedResponse
 from sandboxes import selectors
-from sandboxes.models import Sandbox, Session, Skill
+from sandboxes.models import Session
 from sandboxes.runtime import services
 from sandboxes.scheduling import views as scheduled_views
 from sandboxes.sessions import services as sessions
 from sandboxes.terminal import selectors as terminal_selectors
+from webapps import selectors as webapp_selectors
 from webapps import services as webapp_services
 from webapps.services import session_set_sharing, webapp_payload
 
@@ -45,7 +45,7 @@ def _session_or_404(user, session_id):
 
 def _skills_for(user):
     membership = getattr(user, "membership", None)
-    return Skill.objects.filter(organization_id=membership.organization_id) if membership else []
+    return selectors.skills_of(membership.organization_id) if membership else []
 
 
 def _apps_for(user):
@@ -98,7 +98,7 @@ def _new_session_form(request, *, values=None, error=None):
             "sessions": sessions.sessions_matching(request.user, query)[:100],
             "query": query,
             "list_url": reverse("home") + (f"?{urlencode({'q': query})}" if query else ""),
-            "sandbox": Sandbox.objects.filter(user=request.user).first(),
+            "sandbox": selectors.sandbox_of(request.user),
             **choices,
             "values": values or {"skills": [], "apps": []},
             "errors": errors,
@@ -157,29 +157,24 @@ def session_detail(request, session_id):
 def _session_page(request, session, *, follow_up=None, status=200):
     """The session page; `follow_up` is a refused follow-up (its `text` and `error`),
     shown again in the form."""
-    reset = (
-        session.sandbox.resets.filter(created_at__gt=session.created_at)
-        .order_by("created_at")
-        .first()
-    )
     return render(
         request,
         "sandboxes/session_detail.html",
         {
             "session": session,
             "sandbox": session.sandbox,
-            "workspace_reset": reset,
-            "apps": session.apps.order_by("name"),
-            "webapps": [webapp_payload(webapp) for webapp in session.webapps.all()],
+            "workspace_reset": selectors.workspace_reset_after(session),
+            "apps": selectors.session_apps(session),
+            "webapps": [webapp_payload(webapp) for webapp in webapp_selectors.webapps_of(session)],
             # Events up to here are on the page already (web apps: no second load).
-            "last_seq": session.events.aggregate(last=Max("seq"))["last"] or 0,
+            "last_seq": selectors.last_event_seq(session),
             "sharing_choices": Session.Sharing.choices,
             "follow_up": follow_up or {"text": "", "error": ""},
             "max_prompt_chars": settings.QUOR_MAX_PROMPT_CHARS,
             "public_links_allowed": _public_links_allowed(request.user, session),
             "public_links": [
                 webapp_services.public_link_payload(link)
-                for link in webapp_services.public_links_of(session)
+                for link in webapp_selectors.public_links_of(session)
             ],
             "public_link_max_days": settings.QUOR_PUBLIC_LINK_MAX_DAYS,
             "email_links_possible": bool(settings.EMAIL_HOST),
@@ -230,7 +225,7 @@ def session_public_link_create(request, session_id):
 def session_public_link_revoke(request, session_id, link_id):
     session = _session_or_404(request.user, session_id)
     try:
-        link = webapp_services.get_public_link_for_owner(request.user, link_id)
+        link = webapp_selectors.get_public_link_for_owner(request.user, link_id)
     except QuorError:
         raise Http404("No such public link.") from None
     if link.webapp.session_id != session.pk:

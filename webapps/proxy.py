@@ -31,6 +31,7 @@ from django.conf import settings
 from quor.lib import metrics
 from webapps import gate, link_codes, link_quotas, link_sign_in, pages, services, tunnels
 from webapps import headers as header_rules
+from webapps.link_bandwidth import LinkBandwidth
 from webapps.relay import Relay, TunnelAddress
 
 logger = logging.getLogger(__name__)
@@ -58,9 +59,6 @@ HOST_SHAPE = re.compile(r"([a-z0-9._-]+|\[[0-9a-f:.]+\])(:[0-9]+)?", re.IGNORECA
 NOT_FOUND = b"Not found.\n"
 # Threads of a proxy process that send public links' codes by mail (SMTP blocks).
 MAIL_THREADS = 2
-# A visitor's connection takes this much of its link's bandwidth at a time (Redis), or a
-# response's whole length when it is known.
-LINK_GRANT_BYTES = 256 * 1024
 REASONS = {status.value: status.phrase for status in http.HTTPStatus}
 LAST_CHUNK = b"0\r\n\r\n"
 # How a response body is framed: its own Content-Length (or none at all), re-chunked,
@@ -505,13 +503,10 @@ class ViewerConnection(asyncio.Protocol):
         self.task = None
         self.idle = None
         self.last_active = 0.0
-        self.link = None  # the public link a visitor's current request or tunnel uses
-        self.link_granted = 0  # bytes taken of its bandwidth and not written yet
-        self.link_waiting: list[bytes] = []  # written while more was being taken
-        self.link_whole = 0  # a response's known length: taken all at once, or refused
-        self.link_paused = None  # the transport not read while link_waiting waits
-        self.link_sent = False  # a byte of the current response left: too late for a 429
-        self.finish_waiting = None  # (request, close) once link_waiting is written
+        # A public link visitor's current request or WebSocket: its share of the link's
+        # bandwidth, taken before it is written.
+        self.bandwidth: LinkBandwidth | None = None
+        self.finish_waiting = None  # (request, close) once the bandwidth's bytes are out
 
     # --- the viewer's socket --------------------------------------------------------------
 
@@ -523,7 +518,7 @@ class ViewerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc):
         self.closed = True
-        self.link_release()
+        self.bandwidth_release()
         self.proxy.tunnel_closed(self)
         if self.idle is not None:
             self.idle.cancel()
@@ -562,7 +557,7 @@ class ViewerConnection(asyncio.Protocol):
 
     def resume_writing(self):
         self.writing_paused = False
-        if self.app is not None and not self.app.closing() and not self.link_waiting:
+        if self.app is not None and not self.app.closing() and not self.bandwidth_waits():
             self.app.transport.resume_reading()
 
     def pause(self, reason: str) -> None:
@@ -576,11 +571,8 @@ class ViewerConnection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def write(self, data: bytes) -> None:
-        if self.link is not None:
-            if self.link_waiting or self.link_whole or len(data) > self.link_granted:
-                return self.link_wait(data)
-            self.link_granted -= len(data)
-            self.link_sent = True
+        if self.bandwidth is not None and not self.bandwidth.admit(data):
+            return  # sent once the link's bandwidth for it is taken
         if self.held is not None:
             self.held.append(data)
         else:
@@ -590,94 +582,40 @@ class ViewerConnection(asyncio.Protocol):
         if not self.closed:
             self.transport.write(data)
 
-    # --- a public link's bandwidth: taken before it is written ---------------------------------
+    # --- a public link's bandwidth (webapps/link_bandwidth.py) -----------------------------
 
-    def link_wait(self, data: bytes) -> None:
-        """Bytes past what this connection took of the link's bandwidth wait, in order,
-        the app unread meanwhile, until more is taken from the count every proxy process
-        shares: together they never write more than the link may serve."""
-        self.link_waiting.append(data)
-        if len(self.link_waiting) > 1:
-            return
-        self.link_paused = self.upstream()
-        if self.link_paused is not None:
-            self.link_paused.pause_reading()
-        self.proxy.background(self.link_take(), "could not take a public link's bandwidth")
+    def bandwidth_waits(self) -> bool:
+        return self.bandwidth is not None and bool(self.bandwidth.waiting)
 
-    async def link_take(self) -> None:
-        link, error = self.link, None
-        while self.link_waiting and not self.closed:
-            want = sum(map(len, self.link_waiting)) - self.link_granted
-            whole, self.link_whole = self.link_whole, 0
-            try:
-                if whole:
-                    got = await link_quotas.bytes_take(link, max(whole, want), whole=True)
-                else:
-                    got = await link_quotas.bytes_take(
-                        link, max(want, LINK_GRANT_BYTES), whole=False
-                    )
-            except Exception as failure:  # Redis: a quota it cannot count is not one
-                got, error = 0, failure
-            if self.closed:  # nothing more is written: what was taken goes back
-                self.link_granted += got
-                self.link_release()
-                return self.link_unread_close()
-            self.link_granted += got
-            while self.link_waiting and len(self.link_waiting[0]) <= self.link_granted:
-                data = self.link_waiting.pop(0)
-                self.link_granted -= len(data)
-                self.link_sent = True
-                self.send(data)
-            if self.link_waiting and not got:
-                return self.link_spent(error)
-        # The app's connection, even if its response ended meanwhile (kept for another);
-        # while the viewer's socket is full, resume_writing resumes the current one.
-        paused, self.link_paused = self.link_paused, None
-        if paused is not None and not (self.writing_paused and paused is self.upstream()):
-            paused.resume_reading()
+    def bandwidth_written(self) -> None:
+        """What waited for the link's bandwidth is out: a response that ended meanwhile
+        is finished now."""
         if self.finish_waiting is not None:
             request, close = self.finish_waiting
             self.finish_waiting = None
             self.finish(request, close=close)
 
-    def link_spent(self, error) -> None:
-        """The link's bandwidth ran out (or Redis could not say) before bytes of a
-        response: before its first byte the visitor gets 429 (503) instead; after, the
-        response is cut short, as the visitor's client then shows."""
-        if error is not None:
-            logger.warning("web app proxy: cannot count a public link's bytes (%s)", error)
-        else:
-            logger.info("web app proxy: a public link's bandwidth is used up")
-        self.link_waiting = []
+    def bandwidth_spent(self, error, *, sent: bool) -> None:
+        """The link's bandwidth ran out (or Redis could not say): before a response's
+        first byte the visitor gets 429 (503) instead; after, it is cut short, as the
+        visitor's client then shows."""
         self.finish_waiting = None
-        self.link_unread_close()
         if self.app is not None:
             self.app.close()
             self.app = None
         request = self.requests[0] if self.requests else None
-        if request is None or self.link_sent or self.tunnel is not None:
+        if request is None or sent or self.tunnel is not None:
             return self.close()
-        self.link_release()
+        self.bandwidth_release()
         if error is not None:
             message = "Quor cannot count what this link serves right now. Try again."
             return self.reply(request, 503, message, close=True)
         self.reply(request, 429, "This link has served all it may serve.", close=True)
 
-    def link_unread_close(self) -> None:
-        """The app's connection whose bytes were not all written is closed, never kept
-        for another request (unread, it would hang that one)."""
-        paused, self.link_paused = self.link_paused, None
-        if paused is not None:
-            paused.close()
-
-    def link_release(self) -> None:
-        """The link's bytes taken and not written go back to its count."""
-        if self.link is not None and self.link_granted:
-            self.proxy.background(
-                link_quotas.bytes_give_back(self.link, self.link_granted),
-                "could not give back a public link's bytes",
-            )
-        self.link, self.link_granted, self.link_whole = None, 0, 0
+    def bandwidth_release(self) -> None:
+        if self.bandwidth is not None:
+            self.bandwidth.release()
+            self.bandwidth = None
 
     def upstream(self):
         """The transport the response's bytes come from: the app's, or its WebSocket's."""
@@ -869,7 +807,7 @@ class ViewerConnection(asyncio.Protocol):
                     await link_sign_in.visit_record(link, address_seen, user_agent, "")
                     request.set_cookie = services.link_visitor_cookie(link)
                 request.viewer = (None, label)
-                self.link, self.link_sent = link, False
+                self.bandwidth = LinkBandwidth(self, link)
                 self.proceed(request, label, link.webapp, address, waking)
             case answer:
                 self.act(request, label, answer)
@@ -1063,20 +1001,16 @@ class ViewerConnection(asyncio.Protocol):
         request.responded = True
         request.status = status
         head = _head(f"HTTP/1.1 {status} {REASONS.get(status, '')}", returned)
-        if self.link is not None and request.framing == AS_IS:
-            self.link_expect(request, status, len(head), returned)
+        if self.bandwidth is not None and request.framing == AS_IS:
+            self.bandwidth_expect(request, status, len(head), returned)
         self.write(head)
         if request.method == "HEAD":  # the parser would wait for a body that never comes
             self.response_end(app, reusable=False)
 
-    def link_expect(self, request: Request, status: int, head: int, headers) -> None:
-        """A response of known length takes all its bytes of the link's bandwidth before
-        its head is written, so that one that does not fit gets 429, not half a body."""
+    def bandwidth_expect(self, request: Request, status: int, head: int, headers) -> None:
         length = dict(headers).get("content-length", "0").strip()
         has_body = request.method != "HEAD" and status not in (204, 304) and length.isdigit()
-        total = head + (int(length) if has_body else 0)
-        if total > self.link_granted:
-            self.link_whole = total - self.link_granted
+        self.bandwidth.expect(head + (int(length) if has_body else 0))
 
     def response_body(self, body: bytes) -> None:
         request = self.requests[0]
@@ -1139,13 +1073,13 @@ class ViewerConnection(asyncio.Protocol):
         self.resume("upgrade")
 
     def finish(self, request: Request, *, close: bool = False) -> None:
-        if self.link_waiting:  # its last bytes wait for the link's bandwidth
+        if self.bandwidth_waits():  # its last bytes wait for the link's bandwidth
             self.finish_waiting = (request, close)
             return
         request.done = True
         self.log(request)
         if self.tunnel is None:
-            self.link_release()
+            self.bandwidth_release()
         if close or not request.keep_alive:
             self.close()
         elif request.complete:

@@ -9,9 +9,35 @@ request (or one WebSocket), never a kept-alive second one, so the client checks 
 request's target before it connects.
 
 Messages on the channel layer: `tunnel.open` (with the proxy's `reply` channel),
-`tunnel.opened` (the consumer's acknowledgement), `tunnel.data` and `tunnel.close`, each
-naming its `stream`. Redis pub/sub keeps one
-sender's messages in order; a lost one shows as a stream that does not answer."""
+`tunnel.opened` (the consumer's acknowledgement), `tunnel.data`, `tunnel.ack` (`bytes`
+written) and `tunnel.close` (optionally with a `reason`), each naming its `stream`. Redis
+pub/sub keeps one sender's messages in order; a lost one shows as a stream that does not
+answer.
+
+Flow control is by credit, the same each way: the sender of a stream's `tunnel.data`
+never has more than WINDOW_BYTES of it unacknowledged, and stops reading its source
+while it has; the receiver acknowledges (`tunnel.ack`) what it has written to its own
+socket, ACK_BYTES at a time. So nothing between the two ends (this process, Redis, the
+web process, the client's WebSocket) holds more than a window of a stream each way.
+
+- The proxy, sending (the viewer's bytes): what goes past the window waits here; on a
+  WebSocket AppConnection is told `pause_writing` (it stops reading the viewer) until
+  the client's acknowledgements make room again. A request's body was read whole (and
+  bounded) before it is written, so there is no reading to stop.
+- The proxy, receiving (the local server's bytes): they are written to the viewer as
+  they come and acknowledged once written; while the viewer's socket is full
+  (`pause_reading`, as of any transport) they wait here and nothing is acknowledged.
+  A client that sends past its window is cut off (`tunnels.window_exceeded`): the
+  client is the user's own program, so the proxy does not trust it to keep to it.
+- The consumer counts what the client sent and the proxy has not acknowledged, and
+  closes a stream past the window before it reaches Redis; it passes acknowledgements
+  on (`a` frames to and from the client).
+- The client reads its local connection only while it has credit, and acknowledges
+  what it has written to the local server once its socket took it (`drain`).
+
+A WebSocket (a stream after the local server's 101) is closed, both sides, once either
+way passes QUOR_TUNNEL_WEBSOCKET_MAX_BYTES (`tunnels.websocket_too_large`); a request's
+bodies are bounded by QUOR_TUNNEL_MAX_BODY_BYTES in proxy.py."""
 
 import asyncio
 import logging
@@ -19,11 +45,19 @@ import secrets
 from typing import NamedTuple
 
 from channels.layers import get_channel_layer
+from django.conf import settings
 
 logger = logging.getLogger(__name__)
 
 # Bytes per message: a bigger write goes as several.
 CHUNK_BYTES = 64 * 1024
+# Bytes of a stream a sender may have sent, each way, that the receiver has not yet
+# acknowledged. 1 MiB keeps a fast stream going across a round trip of some 10 ms at
+# 100 MB/s, and bounds what a stream holds in every process it crosses.
+WINDOW_BYTES = 1024 * 1024
+# A receiver acknowledges once this much is written (never more than the window, or a
+# sender would wait forever): one `tunnel.ack` per 4 `tunnel.data`.
+ACK_BYTES = WINDOW_BYTES // 4
 # A stream that its consumer does not acknowledge this soon is closed (the viewer gets
 # 502): the web process holding the tunnel died, and its heartbeat has not lapsed yet.
 ACK_SECONDS = 5
@@ -78,6 +112,8 @@ class Relay:
                 stream.acknowledged()
             elif message["type"] == "tunnel.data":
                 stream.received(message["data"])
+            elif message["type"] == "tunnel.ack":
+                stream.credited(message["bytes"])
             elif message["type"] == "tunnel.close":
                 stream.ended()
 
@@ -95,20 +131,44 @@ class Stream:
         self.closing = False
         self.lost = False
         self.waiting = asyncio.get_running_loop().call_later(ACK_SECONDS, self.close)
+        # Sending: bytes sent and not acknowledged, bytes waiting for room in the window,
+        # and whether AppConnection was told to stop writing.
+        self.unacknowledged = 0
+        self.over_window = bytearray()
+        self.writing_paused = False
+        # Receiving: bytes written to the protocol and not acknowledged yet, bytes held
+        # while it does not read, and whether it does not.
+        self.unread = 0
+        self.to_acknowledge = 0
+        self.held: list[bytes] = []
+        self.reading_paused = False
+        # Each way, for the WebSocket's bound (counted from the stream's first byte).
+        self.bytes_sent = 0
+        self.bytes_received = 0
 
     # --- the transport's interface, for AppConnection and ViewerConnection --------------------
 
     def write(self, data: bytes) -> None:
         if self.closing:
             return
-        for start in range(0, len(data), CHUNK_BYTES):
-            self.send({"type": "tunnel.data", "data": bytes(data[start : start + CHUNK_BYTES])})
+        self.bytes_sent += len(data)
+        if self.websocket_too_large(self.bytes_sent):
+            return
+        self.over_window += data
+        self.send_within_window()
+        # A request was read whole and bounded before it is written: only a WebSocket's
+        # viewer is left unread (a paused viewer whose response ended would stay so).
+        if self.over_window and not self.writing_paused and self.websocket():
+            self.writing_paused = True
+            self.protocol.pause_writing()
 
-    def close(self) -> None:
+    def close(self, reason: str = "") -> None:
         if self.closing:
             return
-        self.send({"type": "tunnel.close"})
+        self.send({"type": "tunnel.close", **({"reason": reason} if reason else {})})
         self.closing = True
+        self.held = []
+        self.over_window = bytearray()
         self.relay.streams.pop(self.id, None)
         asyncio.get_running_loop().call_soon(self.lose, None)
 
@@ -116,11 +176,14 @@ class Stream:
         return self.closing
 
     def pause_reading(self) -> None:
-        """Not passed on: a tunnel's HTTP bodies are bounded (QUOR_TUNNEL_MAX_BODY_BYTES);
-        its WebSocket frames are not yet (docs/decisions.md)."""
+        """What the client sends meanwhile is held, and not acknowledged: it stops at
+        the window."""
+        self.reading_paused = True
 
     def resume_reading(self) -> None:
-        pass
+        self.reading_paused = False
+        while self.held and not self.reading_paused and not self.lost:
+            self.deliver(self.held.pop(0))
 
     def get_extra_info(self, name, default=None):
         return default
@@ -133,13 +196,70 @@ class Stream:
 
     def received(self, data: bytes) -> None:
         self.waiting.cancel()
-        if not self.lost:
-            self.protocol.data_received(data)
+        if self.lost or self.closing:
+            return
+        self.bytes_received += len(data)
+        self.unread += len(data)
+        if self.unread > WINDOW_BYTES:
+            logger.warning("web app proxy: a tunnel's client sent past its window; closed")
+            return self.close("window_exceeded")
+        if self.websocket_too_large(self.bytes_received):
+            return
+        if self.reading_paused:
+            self.held.append(data)
+        else:
+            self.deliver(data)
+
+    def credited(self, count) -> None:
+        """The client wrote `count` more bytes to the local server."""
+        if self.closing or not isinstance(count, int) or count < 0:
+            return
+        self.unacknowledged = max(0, self.unacknowledged - count)
+        self.send_within_window()
+        if self.writing_paused and not self.over_window:
+            self.writing_paused = False
+            self.protocol.resume_writing()
 
     def ended(self) -> None:
         self.closing = True
         self.relay.streams.pop(self.id, None)
         self.lose(None)
+
+    # --- flow control ---------------------------------------------------------------------------
+
+    def send_within_window(self) -> None:
+        while self.over_window and self.unacknowledged < WINDOW_BYTES:
+            room = min(CHUNK_BYTES, WINDOW_BYTES - self.unacknowledged)
+            data = bytes(self.over_window[:room])
+            del self.over_window[:room]
+            self.unacknowledged += len(data)
+            self.send({"type": "tunnel.data", "data": data})
+
+    def deliver(self, data: bytes) -> None:
+        """Written to the viewer (its transport buffers at most its high-water mark
+        before it pauses this one), so acknowledged."""
+        self.protocol.data_received(data)
+        self.unread -= len(data)
+        self.to_acknowledge += len(data)
+        if self.to_acknowledge >= ACK_BYTES and not self.closing:
+            self.send({"type": "tunnel.ack", "bytes": self.to_acknowledge})
+            self.to_acknowledge = 0
+
+    def websocket(self) -> bool:
+        """Whether the local server's 101 made this stream a WebSocket's bytes."""
+        return getattr(self.protocol, "tunnel", False)
+
+    def websocket_too_large(self, count: int) -> bool:
+        """After the local server's 101, either way past the bound closes the stream."""
+        if not self.websocket():
+            return False  # a request: its bodies are bounded in proxy.py
+        if count <= settings.QUOR_TUNNEL_WEBSOCKET_MAX_BYTES:
+            return False
+        logger.info(
+            "web app proxy: a tunnel's WebSocket passed QUOR_TUNNEL_WEBSOCKET_MAX_BYTES; closed"
+        )
+        self.close("websocket_too_large")
+        return True
 
     # --- sending, in order -----------------------------------------------------------------
 

@@ -521,25 +521,6 @@ def _quota(value, most: int, name: str) -> int:
     return value
 
 
-def public_links_of(session: Session):
-    """The session's links that can still be used by someone (not revoked, not expired)."""
-    return PublicLink.objects.filter(
-        webapp__session=session, revoked_at__isnull=True, expires_at__gt=timezone.now()
-    ).select_related("webapp")
-
-
-def get_public_link_for_owner(user, link_id) -> PublicLink:
-    """A link of one of the user's own sessions; revoked and expired links are gone."""
-    link = (
-        PublicLink.objects.select_related("webapp__session")
-        .filter(pk=link_id, webapp__session__owner=user, revoked_at__isnull=True)
-        .first()
-    )
-    if link is None or link.expires_at <= timezone.now():
-        raise NotFound("No such public link.", code="webapps.public_link_not_found")
-    return link
-
-
 def public_link_revoke(*, user, link: PublicLink) -> None:
     """Ends the link (its owner through the API, an organization admin in the admin
     site): the proxy reads the link on each visitor request, so the next request is

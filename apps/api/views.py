@@ -3,14 +3,13 @@ credential; organization admins add and change Apps, policies and the organizati
 credential. Each view: access helper, service call, response."""
 
 from django.db import transaction
-from django.db.models import Q
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps import services
+from apps import selectors, services
 from apps.api.serializers import (
     ActionPolicySerializer,
     AppActionSerializer,
@@ -22,7 +21,7 @@ from apps.api.serializers import (
     CredentialSetSerializer,
 )
 from apps.catalog import load_catalog
-from apps.models import App, AppCredential
+from apps.models import App
 from quor.lib.pagination import CursorPagination, ListPagination
 from quor.lib.permissions import Permission, require_permission
 
@@ -37,12 +36,7 @@ def _app_data(user, apps):
     credential are set, from one query; a secret is never read into a response."""
     many = not isinstance(apps, App)
     items = list(apps) if many else [apps]
-    credentials = set(
-        AppCredential.objects.filter(app__in=items)
-        .filter(Q(user__isnull=True) | Q(user=user))
-        .values_list("app_id", "user_id")
-    )
-    context = {"credentials": credentials, "user_id": user.pk}
+    context = {"credentials": selectors.credentials_set(user, items), "user_id": user.pk}
     return AppSerializer(items if many else apps, many=many, context=context).data
 
 
@@ -57,11 +51,7 @@ class AppCatalogView(APIView):
     def get(self, request):
         pages = ListPagination(request)
         membership = require_permission(request.user, Permission.ACCOUNT)
-        added = dict(
-            App.objects.filter(organization=membership.organization)
-            .exclude(catalog_key="")
-            .values_list("catalog_key", "pk")
-        )
+        added = selectors.catalog_apps_added(membership.organization)
         return pages.response(
             load_catalog().values(),
             key=lambda entry: (entry.key,),
@@ -86,8 +76,10 @@ class AppViewSet(viewsets.ViewSet):
         """The organization's Apps (disabled ones only for those who may read the
         organization's configuration), oldest first (paginated)."""
         pages = CursorPagination(request, ordering=("id",))
-        apps = services.apps_visible_to(request.user).prefetch_related("actions")
-        return pages.response(apps, lambda page: _app_data(request.user, page))
+        return pages.response(
+            selectors.apps_with_actions_visible_to(request.user),
+            lambda page: _app_data(request.user, page),
+        )
 
     @extend_schema(parameters=[APP_ID])
     def retrieve(self, request, pk=None):

@@ -10,7 +10,7 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from knowledge import services, sync
+from knowledge import selectors, services, sync
 from knowledge.api.serializers import (
     AccessSerializer,
     DocumentSerializer,
@@ -83,7 +83,7 @@ class SourceListView(APIView):
         pages = CursorPagination(request, ordering=("name", "id"))
         membership = require_permission(request.user, Permission.ACCOUNT)
         if role_has(membership.role, Permission.ORGANIZATION_VIEW):
-            sources = KnowledgeSource.objects.filter(organization=membership.organization)
+            sources = selectors.sources_of(membership.organization)
             return pages.response(sources, lambda page: SourceAdminSerializer(page, many=True).data)
         return pages.response(
             sources_readable_by(request.user), lambda page: SourceSerializer(page, many=True).data
@@ -102,9 +102,7 @@ class SourceListView(APIView):
 
 def _organization_source(request, source_id, permission) -> KnowledgeSource:
     membership = require_permission(request.user, permission)
-    source = KnowledgeSource.objects.filter(
-        pk=source_id, organization=membership.organization
-    ).first()
+    source = selectors.source_of(membership.organization, source_id)
     if source is None:
         raise NotFound("No such source.")
     return source
@@ -112,11 +110,7 @@ def _organization_source(request, source_id, permission) -> KnowledgeSource:
 
 def _organization_document(request, document_id, permission) -> KnowledgeDocument:
     membership = require_permission(request.user, permission)
-    document = (
-        KnowledgeDocument.objects.select_related("source__organization")
-        .filter(pk=document_id, source__organization=membership.organization)
-        .first()
-    )
+    document = selectors.document_of(membership.organization, document_id)
     if document is None:
         raise NotFound("No such document.")
     return document
@@ -162,7 +156,7 @@ class SourceDocumentsView(APIView):
         pages = CursorPagination(request, ordering=("-created_at", "-id"))
         source = _organization_source(request, source_id, Permission.ORGANIZATION_VIEW)
         return pages.response(
-            source.documents.all(), lambda page: DocumentSerializer(page, many=True).data
+            selectors.documents_of(source), lambda page: DocumentSerializer(page, many=True).data
         )
 
     @extend_schema(request=DocumentUploadSerializer, responses={201: DocumentSerializer})

@@ -8,7 +8,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from quor import audit, health, services
+from quor import audit, health, selectors, services
 from quor.api.serializers import (
     MemberCreateSerializer,
     MemberUpdateSerializer,
@@ -18,11 +18,9 @@ from quor.api.serializers import (
     OrganizationUpdateSerializer,
 )
 from quor.lib.authentication import OperatorTokenAuthentication
-from quor.lib.errors import NotFound
 from quor.lib.pagination import CursorPagination
 from quor.lib.permissions import OPERATOR
 from quor.lib.streaming import StreamedResponse
-from quor.models import Membership, Organization
 
 
 class OperatorView(APIView):
@@ -44,13 +42,6 @@ class OperatorView(APIView):
         return response
 
 
-def _organization(slug) -> Organization:
-    organization = Organization.objects.filter(slug=slug).first()
-    if organization is None:
-        raise NotFound("No such organization.", code="organizations.not_found")
-    return organization
-
-
 class OrganizationListView(OperatorView):
     pagination_class = CursorPagination
 
@@ -59,7 +50,7 @@ class OrganizationListView(OperatorView):
         """Every organization, oldest first (paginated)."""
         pages = CursorPagination(request, ordering=("id",))
         return pages.response(
-            Organization.objects.all(),
+            selectors.all_organizations(),
             lambda page: OperatorOrganizationSerializer(page, many=True).data,
         )
 
@@ -78,12 +69,14 @@ class OrganizationListView(OperatorView):
 class OrganizationView(OperatorView):
     @extend_schema(responses=OperatorOrganizationSerializer)
     def get(self, request, slug):
-        return Response(OperatorOrganizationSerializer(_organization(slug)).data)
+        return Response(
+            OperatorOrganizationSerializer(selectors.get_organization_by_slug(slug)).data
+        )
 
     @extend_schema(request=OrganizationUpdateSerializer, responses=OperatorOrganizationSerializer)
     def patch(self, request, slug):
         """Rename, disable (its members can no longer use Quor) or take Sandbox away."""
-        organization = _organization(slug)
+        organization = selectors.get_organization_by_slug(slug)
         serializer = OrganizationUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         organization = services.organization_update(
@@ -98,16 +91,16 @@ class MemberListView(OperatorView):
     @extend_schema(responses=OperatorMemberSerializer(many=True))
     def get(self, request, slug):
         """The organization's members, oldest first (paginated)."""
-        organization = _organization(slug)
+        organization = selectors.get_organization_by_slug(slug)
         pages = CursorPagination(request, ordering=("id",))
-        members = Membership.objects.filter(organization=organization).select_related("user")
+        members = selectors.organization_members(organization)
         return pages.response(members, lambda page: OperatorMemberSerializer(page, many=True).data)
 
     @extend_schema(request=MemberCreateSerializer, responses={201: OperatorMemberSerializer})
     def post(self, request, slug):
         """A new member, without a password (they sign in through single sign-on, or an
         admin sets one)."""
-        organization = _organization(slug)
+        organization = selectors.get_organization_by_slug(slug)
         serializer = MemberCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         user = services.member_create(organization=organization, **serializer.validated_data)
@@ -121,10 +114,8 @@ class MemberView(OperatorView):
     def patch(self, request, slug, member_id):
         """Change a member's role (an organization keeps one owner) or Sandbox right, or
         deactivate them (or let them in again)."""
-        organization = _organization(slug)
-        membership = Membership.objects.filter(organization=organization, pk=member_id).first()
-        if membership is None:
-            raise NotFound("No such member.", code="members.not_found")
+        organization = selectors.get_organization_by_slug(slug)
+        membership = selectors.get_organization_member(organization, member_id)
         serializer = MemberUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         membership = services.member_update(
@@ -159,7 +150,7 @@ class AuditExportView(OperatorView):
         """The audit log as JSON lines, oldest first, streamed."""
         organization = request.query_params.get("organization")
         entries = audit.audit_entries_filtered(
-            organization=_organization(organization) if organization else None,
+            organization=selectors.get_organization_by_slug(organization) if organization else None,
             since=request.query_params.get("since"),
             until=request.query_params.get("until"),
             action=request.query_params.get("action"),

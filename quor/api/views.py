@@ -37,9 +37,7 @@ class MeView(APIView):
 def get_organization_model_provider(user, provider_id, permission) -> ModelProvider:
     """A provider of the user's own organization; any other is 404."""
     membership = require_permission(user, permission)
-    provider = ModelProvider.objects.filter(
-        organization=membership.organization, pk=provider_id
-    ).first()
+    provider = selectors.model_provider_of(membership.organization, provider_id)
     if provider is None:
         raise NotFound("No such model provider.")
     return provider
@@ -63,7 +61,7 @@ class ModelProviderViewSet(viewsets.ViewSet):
         """The organization's model providers, oldest first (paginated)."""
         pages = CursorPagination(request, ordering=("id",))
         membership = require_permission(request.user, Permission.ORGANIZATION_VIEW)
-        providers = ModelProvider.objects.filter(organization=membership.organization)
+        providers = selectors.model_providers_of(membership.organization)
         return pages.response(providers, lambda page: ModelProviderSerializer(page, many=True).data)
 
     def retrieve(self, request, pk=None):
@@ -155,14 +153,12 @@ class ApiTokenViewSet(viewsets.ViewSet):
         from the API (docs/decisions.md); the tokens page still shows it as revoked."""
         pages = CursorPagination(request, ordering=NEWEST_FIRST)
         return pages.response(
-            request.user.api_tokens.filter(revoked_at__isnull=True),
+            selectors.working_api_tokens_of(request.user),
             lambda page: ApiTokenSerializer(page, many=True).data,
         )
 
     def retrieve(self, request, pk=None):
-        token = request.user.api_tokens.filter(pk=pk, revoked_at__isnull=True).first()
-        if token is None:
-            raise NotFound("No such token.")
+        token = selectors.get_working_api_token(request.user, pk)
         return Response(ApiTokenSerializer(token).data)
 
     @extend_schema(request=ApiTokenCreateSerializer, responses=ApiTokenCreatedSerializer)
@@ -177,8 +173,7 @@ class ApiTokenViewSet(viewsets.ViewSet):
 
     def destroy(self, request, pk=None):
         """Revokes the token: from then on it is 404 here, and 401 as a credential."""
-        if not request.user.api_tokens.filter(pk=pk, revoked_at__isnull=True).exists():
-            raise NotFound("No such token.")
+        selectors.get_working_api_token(request.user, pk)
         services.api_token_revoke(user=request.user, token_id=int(pk))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -197,9 +192,8 @@ class ServiceAccountListView(APIView):
         """Oldest first (paginated)."""
         membership = require_permission(request.user, Permission.ORGANIZATION_VIEW)
         pages = CursorPagination(request, ordering=("id",))
-        accounts = ServiceAccount.objects.filter(organization=membership.organization)
         return pages.response(
-            accounts.select_related("user"),
+            selectors.service_accounts_of(membership.organization),
             lambda page: ServiceAccountSerializer(page, many=True).data,
         )
 
@@ -265,7 +259,8 @@ class ServiceAccountTokenListView(APIView):
         account = _service_account(request, account_id, Permission.ORGANIZATION_VIEW)
         pages = CursorPagination(request, ordering=NEWEST_FIRST)
         return pages.response(
-            account.tokens.all(), lambda page: ServiceAccountTokenSerializer(page, many=True).data
+            selectors.service_account_tokens(account),
+            lambda page: ServiceAccountTokenSerializer(page, many=True).data,
         )
 
     @extend_schema(

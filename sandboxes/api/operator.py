@@ -7,13 +7,12 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from quor.api.operator import OperatorView
-from quor.lib.errors import NotFound
 from quor.lib.pagination import CursorPagination
 from quor.lib.serializers import StrictSerializer
 from quor.lib.tasks import send_on_commit
+from sandboxes import selectors
 from sandboxes.models import Sandbox
 from sandboxes.runtime import services
-from sandboxes.selectors import is_uuid
 
 
 class OperatorSandboxSerializer(serializers.ModelSerializer):
@@ -33,17 +32,6 @@ class DestroySerializer(StrictSerializer):
     keep_workspace = serializers.BooleanField(default=False)
 
 
-def _sandboxes():
-    return Sandbox.objects.select_related("user__membership__organization")
-
-
-def _sandbox(sandbox_id) -> Sandbox:
-    sandbox = _sandboxes().filter(pk=sandbox_id).first() if is_uuid(sandbox_id) else None
-    if sandbox is None:
-        raise NotFound("No such sandbox.", code="sandboxes.not_found")
-    return sandbox
-
-
 class OperatorSandboxListView(OperatorView):
     pagination_class = CursorPagination
 
@@ -56,11 +44,10 @@ class OperatorSandboxListView(OperatorView):
     )
     def get(self, request):
         """Every organization's sandboxes (paginated)."""
-        sandboxes = _sandboxes()
-        if organization := request.query_params.get("organization"):
-            sandboxes = sandboxes.filter(user__membership__organization__slug=organization)
-        if state := request.query_params.get("state"):
-            sandboxes = sandboxes.filter(state=state)
+        sandboxes = selectors.sandboxes_for_operator(
+            organization=request.query_params.get("organization", ""),
+            state=request.query_params.get("state", ""),
+        )
         pages = CursorPagination(request, ordering=("id",))
         return pages.response(
             sandboxes, lambda page: OperatorSandboxSerializer(page, many=True).data
@@ -70,14 +57,16 @@ class OperatorSandboxListView(OperatorView):
 class OperatorSandboxView(OperatorView):
     @extend_schema(responses=OperatorSandboxSerializer)
     def get(self, request, sandbox_id):
-        return Response(OperatorSandboxSerializer(_sandbox(sandbox_id)).data)
+        return Response(
+            OperatorSandboxSerializer(selectors.get_sandbox_for_operator(sandbox_id)).data
+        )
 
 
 class OperatorSandboxStopView(OperatorView):
     @extend_schema(request=None, responses={202: OperatorSandboxSerializer})
     def post(self, request, sandbox_id):
         """Stops the runtime; the workspace stays."""
-        sandbox = _sandbox(sandbox_id)
+        sandbox = selectors.get_sandbox_for_operator(sandbox_id)
         services.sandbox_request_removal(sandbox=sandbox, destroy=False)
         return Response(OperatorSandboxSerializer(sandbox).data, status=status.HTTP_202_ACCEPTED)
 
@@ -86,7 +75,7 @@ class OperatorSandboxDestroyView(OperatorView):
     @extend_schema(request=DestroySerializer, responses={202: OperatorSandboxSerializer})
     def post(self, request, sandbox_id):
         """Removes the runtime and (unless keep_workspace) the workspace and snapshots."""
-        sandbox = _sandbox(sandbox_id)
+        sandbox = selectors.get_sandbox_for_operator(sandbox_id)
         serializer = DestroySerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         services.sandbox_request_removal(

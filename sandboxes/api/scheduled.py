@@ -60,7 +60,7 @@ class ScheduledTaskSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(ScheduledRunSerializer(allow_null=True))
     def get_last_run(self, task):
-        run = task.runs.order_by("-scheduled_for").first()
+        run = scheduled.last_run_of(task)
         return ScheduledRunSerializer(run).data if run else None
 
 
@@ -150,7 +150,7 @@ class ScheduledTaskViewSet(viewsets.ViewSet):
         pages = CursorPagination(request, ordering=("-scheduled_for", "-id"))
         task = scheduled.get_scheduled_task_for_user(request.user, pk)
         return pages.response(
-            task.runs.all(), lambda page: ScheduledRunSerializer(page, many=True).data
+            scheduled.all_runs_of(task), lambda page: ScheduledRunSerializer(page, many=True).data
         )
 
     @extend_schema(parameters=[TASK_ID], request=None, responses={201: ScheduledRunSerializer})

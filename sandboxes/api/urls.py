@@ -55,13 +55,5 @@ urlpatterns = [
         views.SessionFileArchiveView.as_view(),
         name="api-session-files-archive",
     ),
-    path("tunnels/", views.TunnelListView.as_view(), name="api-tunnels"),
-    path("tunnels/<uuid:tunnel_id>/", views.TunnelView.as_view(), name="api-tunnel"),
-    path("public-links/<uuid:link_id>/", views.PublicLinkView.as_view(), name="api-public-link"),
-    path(
-        "public-links/<uuid:link_id>/visits/",
-        views.PublicLinkVisitsView.as_view(),
-        name="api-public-link-visits",
-    ),
     *router.urls,
 ]

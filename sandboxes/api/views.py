@@ -31,9 +31,6 @@ from sandboxes.api.serializers import (
     FileWrittenSerializer,
     LibraryFileSerializer,
     MessageSerializer,
-    PublicLinkCreateSerializer,
-    PublicLinkSerializer,
-    PublicLinkVisitSerializer,
     RuntimeEventsSerializer,
     RuntimeHeartbeatSerializer,
     RuntimeIdentitySerializer,
@@ -44,17 +41,13 @@ from sandboxes.api.serializers import (
     SessionSerializer,
     SessionUpdateSerializer,
     StartEmptySerializer,
-    TunnelSerializer,
-    TunnelUpdateSerializer,
-    WebAppSerializer,
 )
 from sandboxes.library import files as library
 from sandboxes.models import Session
 from sandboxes.runtime import services
-from sandboxes.selectors import is_uuid
 from sandboxes.sessions import services as sessions
 from webapps import services as webapp_services
-from webapps import tunnels
+from webapps.api.serializers import WebAppSerializer
 
 # Images the file browser may show inline (never SVG: it can carry scripts).
 PREVIEWABLE_IMAGES = {
@@ -66,8 +59,6 @@ PREVIEWABLE_IMAGES = {
 }
 SESSION_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 SESSION_ID_IN_PATH = OpenApiParameter("session_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
-LINK_ID = OpenApiParameter("link_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
-TUNNEL_ID = OpenApiParameter("tunnel_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 # Most events one GET /api/v1/sessions/{id}/events/ returns (the rest: its `next` link).
 EVENTS_PER_PAGE = 1000
 PATH = OpenApiParameter(
@@ -94,8 +85,6 @@ class SessionViewSet(viewsets.ViewSet):
         "create": ServiceAccount.Scope.SESSIONS,
         "cancel": ServiceAccount.Scope.SESSIONS,
         "messages": ServiceAccount.Scope.SESSIONS,
-        "webapps": ServiceAccount.Scope.SESSIONS,
-        "public_links": ServiceAccount.Scope.SESSIONS,
         "events": ServiceAccount.Scope.EVENTS,
     }
     serializer_class = SessionSerializer
@@ -170,51 +159,6 @@ class SessionViewSet(viewsets.ViewSet):
         sessions.session_delete(user=request.user, session=session)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    @extend_schema(parameters=[SESSION_ID], responses=WebAppSerializer(many=True))
-    @action(detail=True, methods=["get"])
-    def webapps(self, request, pk=None):
-        """The web apps the agent started in this session (owner only), by port
-        (paginated)."""
-        pages = CursorPagination(request, ordering=("port",))
-        session = services.session_in_use(request.user, pk)
-        return pages.response(
-            session.webapps.all(), lambda page: [webapp_services.webapp_payload(w) for w in page]
-        )
-
-    @extend_schema(
-        methods=["GET"], parameters=[SESSION_ID], responses=PublicLinkSerializer(many=True)
-    )
-    @extend_schema(
-        methods=["POST"],
-        parameters=[SESSION_ID],
-        request=PublicLinkCreateSerializer,
-        responses={201: PublicLinkSerializer},
-    )
-    @action(detail=True, methods=["get", "post"], url_path="public-links")
-    def public_links(self, request, pk=None):
-        """The session's public links still in force, newest first (paginated); POST
-        makes one for a web app of the session, where the organization allows them and
-        the session is not confidential (owner only)."""
-        session = services.session_in_use(request.user, pk)
-        if request.method == "GET":
-            pages = CursorPagination(request, ordering=NEWEST_FIRST)
-            return pages.response(
-                webapp_services.public_links_of(session),
-                lambda page: (
-                    PublicLinkSerializer(
-                        [webapp_services.public_link_payload(link) for link in page], many=True
-                    ).data
-                ),
-            )
-        serializer = PublicLinkCreateSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = dict(serializer.validated_data)
-        link = webapp_services.public_link_create(
-            user=request.user, session=session, webapp_id=data.pop("webapp"), **data
-        )
-        payload = PublicLinkSerializer(webapp_services.public_link_payload(link)).data
-        return Response(payload, status=status.HTTP_201_CREATED)
-
     @extend_schema(
         parameters=[SESSION_ID], request=MessageSerializer, responses={202: SessionSerializer}
     )
@@ -268,84 +212,6 @@ class SessionViewSet(viewsets.ViewSet):
             following = replace_query_param(request.build_absolute_uri(), "after", page[-1].seq)
         results = AgentEventSerializer(page, many=True).data
         return Response({"next": following, "previous": None, "results": results})
-
-
-class PublicLinkView(APIView):
-    required_permission = Permission.SANDBOX_USE
-    required_scope = ServiceAccount.Scope.SESSIONS
-
-    @extend_schema(parameters=[LINK_ID], responses=PublicLinkSerializer)
-    def get(self, request, link_id):
-        link = webapp_services.get_public_link_for_owner(request.user, link_id)
-        return Response(PublicLinkSerializer(webapp_services.public_link_payload(link)).data)
-
-    @extend_schema(parameters=[LINK_ID], responses={204: None})
-    def delete(self, request, link_id):
-        """Revokes the link at once: visitors' next requests are refused, and its open
-        WebSockets close within 5 s. A revoked link is gone from the API."""
-        link = webapp_services.get_public_link_for_owner(request.user, link_id)
-        webapp_services.public_link_revoke(user=request.user, link=link)
-        return Response(status=status.HTTP_204_NO_CONTENT)
-
-
-class PublicLinkVisitsView(APIView):
-    required_permission = Permission.SANDBOX_USE
-    required_scope = ServiceAccount.Scope.SESSIONS
-    pagination_class = CursorPagination
-
-    @extend_schema(parameters=[LINK_ID], responses=PublicLinkVisitSerializer(many=True))
-    def get(self, request, link_id):
-        """Who opened the link, newest first (paginated)."""
-        link = webapp_services.get_public_link_for_owner(request.user, link_id)
-        pages = CursorPagination(request, ordering=("-opened_at", "-id"))
-        return pages.response(
-            link.visits.all(), lambda page: PublicLinkVisitSerializer(page, many=True).data
-        )
-
-
-class TunnelListView(APIView):
-    """Your open local relay tunnels (`quor tunnel PORT`), newest first (paginated).
-    Personal API tokens only."""
-
-    required_permission = Permission.SANDBOX_USE
-    pagination_class = CursorPagination
-
-    @extend_schema(responses=TunnelSerializer(many=True))
-    def get(self, request):
-        pages = CursorPagination(request, ordering=NEWEST_FIRST)
-        return pages.response(
-            tunnels.tunnels_of(request.user),
-            lambda page: TunnelSerializer(map(tunnels.tunnel_payload, page), many=True).data,
-        )
-
-
-class TunnelView(APIView):
-    required_permission = Permission.SANDBOX_USE
-
-    @extend_schema(parameters=[TUNNEL_ID], responses=TunnelSerializer)
-    def get(self, request, tunnel_id):
-        tunnel = tunnels.get_tunnel_for_owner(request.user, tunnel_id)
-        return Response(TunnelSerializer(tunnels.tunnel_payload(tunnel)).data)
-
-    @extend_schema(
-        parameters=[TUNNEL_ID], request=TunnelUpdateSerializer, responses=TunnelSerializer
-    )
-    def patch(self, request, tunnel_id):
-        """Shares the tunnel with your organization, or makes it private again."""
-        tunnel = tunnels.get_tunnel_for_owner(request.user, tunnel_id)
-        serializer = TunnelUpdateSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        tunnel = tunnels.tunnel_set_sharing(
-            user=request.user, tunnel=tunnel, sharing=serializer.validated_data["sharing"]
-        )
-        return Response(TunnelSerializer(tunnels.tunnel_payload(tunnel)).data)
-
-    @extend_schema(parameters=[TUNNEL_ID], responses={204: None})
-    def delete(self, request, tunnel_id):
-        """Closes the tunnel: its route is gone at once, its client disconnected."""
-        tunnel = tunnels.get_tunnel_for_owner(request.user, tunnel_id)
-        tunnels.tunnel_end(user=request.user, tunnel=tunnel)
-        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class MySandboxView(APIView):
@@ -442,7 +308,8 @@ class SessionExecRecordViewSet(viewsets.ViewSet):
         pages = CursorPagination(request, ordering=("-started_at", "-id"))
         session = services.session_in_use(request.user, session_id)
         return pages.response(
-            session.exec_records.all(), lambda page: ExecRecordSerializer(page, many=True).data
+            selectors.exec_records_of(session),
+            lambda page: ExecRecordSerializer(page, many=True).data,
         )
 
     @extend_schema(
@@ -598,7 +465,7 @@ class RuntimeWhoAmIView(APIView):
     def get(self, request):
         sandbox = request.auth
         session_id = request.headers.get("X-Quor-Session", "")
-        session = sandbox.sessions.filter(pk=session_id).first() if is_uuid(session_id) else None
+        session = selectors.session_of_sandbox(sandbox, session_id)
         return Response(
             RuntimeIdentitySerializer(
                 {
@@ -618,8 +485,7 @@ def _non_negative_int(value: str, name: str) -> int:
 
 def _runtime_session(request, session_id: str) -> Session:
     """The session, if it is one of the calling sandbox's."""
-    sandbox = request.auth
-    session = sandbox.sessions.filter(pk=session_id).first() if is_uuid(session_id) else None
+    session = selectors.session_of_sandbox(request.auth, session_id)
     if session is None:
         raise NotFound("No such session in this sandbox.")
     return session
@@ -694,8 +560,10 @@ class LibraryView(APIView):
     def get(self, request):
         """The user's library files, by path (paginated)."""
         pages = CursorPagination(request, ordering=("path",))
-        items = request.user.library_files.select_related("blob")
-        return pages.response(items, lambda page: LibraryFileSerializer(page, many=True).data)
+        return pages.response(
+            selectors.library_files_of(request.user),
+            lambda page: LibraryFileSerializer(page, many=True).data,
+        )
 
     @extend_schema(
         parameters=[FILE_PATH],

@@ -16,6 +16,7 @@ from functools import cache
 from cronsim import CronSim, CronSimError
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Prefetch
 from django.utils import timezone as dj_timezone
 
 from apps.selectors import apps_for_selection
@@ -59,6 +60,24 @@ def get_scheduled_task_for_user(user, task_id) -> ScheduledTask:
 def runs_of(task: ScheduledTask, limit: int = RUNS_SHOWN) -> list[ScheduledRun]:
     """The task's newest runs first."""
     return list(task.runs.select_related("session").order_by("-scheduled_for")[:limit])
+
+
+def scheduled_tasks_with_latest_run(user):
+    """The user's scheduled tasks, each with `latest_runs`: a list of its newest run
+    (empty before the first)."""
+    latest = ScheduledRun.objects.order_by("-scheduled_for")[:1]
+    return scheduled_tasks_of(user).prefetch_related(
+        Prefetch("runs", queryset=latest, to_attr="latest_runs")
+    )
+
+
+def all_runs_of(task: ScheduledTask):
+    """Every run of the task (the API pages them)."""
+    return task.runs.all()
+
+
+def last_run_of(task: ScheduledTask) -> ScheduledRun | None:
+    return task.runs.order_by("-scheduled_for").first()
 
 
 @cache

@@ -3,7 +3,6 @@ sandboxes.scheduling.services (the same ones the API uses)."""
 
 from django.conf import settings
 from django.contrib import messages
-from django.db.models import Prefetch
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -13,7 +12,7 @@ from quor import selectors as quor_selectors
 from quor.lib.errors import QuorError
 from quor.lib.ids import is_database_id
 from quor.lib.permissions import Permission, get_active_membership, page_requires
-from sandboxes.models import ScheduledRun, Skill
+from sandboxes import selectors
 from sandboxes.scheduling import services as scheduled
 
 # The form field an error code is about, so the form shows the message beside it.
@@ -47,7 +46,7 @@ def _choices(user) -> dict:
         return {"models": [], "skills": [], "apps": [], "time_zones": scheduled.time_zone_names()}
     return {
         "models": quor_selectors.models_available_to(user, organization),
-        "skills": Skill.objects.filter(organization=organization),
+        "skills": selectors.skills_of(organization),
         "apps": enabled_apps(organization),
         "time_zones": scheduled.time_zone_names(),
     }
@@ -120,12 +119,7 @@ def _render_form(request, *, values, task=None, error=None):
 
 @page_requires(Permission.SANDBOX_USE)
 def task_list(request):
-    latest = ScheduledRun.objects.order_by("-scheduled_for")[:1]
-    tasks = list(
-        scheduled.scheduled_tasks_of(request.user).prefetch_related(
-            Prefetch("runs", queryset=latest, to_attr="latest_runs")
-        )
-    )
+    tasks = list(scheduled.scheduled_tasks_with_latest_run(request.user))
     for task in tasks:
         task.last_run = task.latest_runs[0] if task.latest_runs else None
     return render(request, "sandboxes/scheduled_list.html", {"tasks": tasks})

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 from django.db import connection
 
-from apps import services
+from apps import selectors, services
 from apps.catalog import CatalogAction, catalog_app
 from apps.models import App, AppAction, AppCredential
 from quor.lib.errors import Conflict, InvalidInput, NotFound, QuorError
@@ -404,8 +404,8 @@ def test_members_see_enabled_apps_and_admins_see_all(org, owner, org_admin, gith
     hidden = services.app_create_custom(
         organization=org, name="Hidden", url_patterns=["https://h.test"], enabled=False
     )
-    assert list(services.apps_visible_to(owner)) == [github]
-    assert set(services.apps_visible_to(org_admin)) == {github, hidden}
+    assert list(selectors.apps_visible_to(owner)) == [github]
+    assert set(selectors.apps_visible_to(org_admin)) == {github, hidden}
     with pytest.raises(NotFound):
         services.get_app_for_member(owner, hidden.pk)
     assert services.get_app_for_member(org_admin, str(hidden.pk)) == hidden

@@ -1,5 +1,5 @@
-"""Local relay tunnels end to end: the real `quor tunnel PORT` client (`.venv/bin/quor`)
-connected to Quor's real web process (`manage.py serve_web`, started here with the
+"""Local relay tunnels end to end: the real `quor tunnel PORT` client (`.venv/bin/quor`,
+running this checkout's tools/quor-cli, not the copy installed in .venv) connected to Quor's real web process (`manage.py serve_web`, started here with the
 tunnel settings each test needs), a real HTTP and WebSocket server on loopback behind
 it, and viewers, colleagues and strangers asking the real web app proxy
 (`manage.py run_webapp_proxy`) for the tunnel's URL."""
@@ -10,6 +10,7 @@ import http.client
 import http.server
 import json
 import os
+import queue
 import selectors
 import signal
 import socket
@@ -20,6 +21,7 @@ import time
 import zipfile
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import pytest
@@ -27,6 +29,7 @@ from aiohttp import ClientSession, WSMsgType
 from aiohttp import web as aiohttp_web
 from django.test import Client
 from django.utils import timezone
+from websockets.asyncio.client import connect as websocket_connect
 from websockets.asyncio.server import serve as websocket_serve
 
 from quor import services as quor_services
@@ -40,8 +43,17 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 QUOR_CLI = ROOT / ".venv" / "bin" / "quor"
+# The client's code as checked out, ahead of the copy `tools/provision` installed.
+CLIENT_ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT / "tools" / "quor-cli"), os.environ.get("PYTHONPATH")])
+    ),
+}
 MAX_BODY = 64 * 1024
 OPERATOR_TOKEN = "operator-token-for-the-tunnel-tests-0123456789"
+# A frame of /flood's, under 64 KiB so that its header is 4 bytes.
+FLOOD_FRAME = 60000
 
 
 def until(condition, *, seconds: float, what: str):
@@ -61,6 +73,8 @@ class LocalServer:
 
     def __init__(self):
         self.requests = []
+        self.flooded = 0  # bytes /flood's sends have handed to the socket
+        self.websockets_ended = 0
         self.loop = asyncio.new_event_loop()
         started = threading.Event()
         threading.Thread(target=self._run, args=(started,), daemon=True).start()
@@ -68,7 +82,8 @@ class LocalServer:
 
     def _run(self, started):
         asyncio.set_event_loop(self.loop)
-        app = aiohttp_web.Application(client_max_size=16 * MAX_BODY)
+        self.stopping = asyncio.Event()
+        app = aiohttp_web.Application(client_max_size=8 * 1024**2)
         app.router.add_route("*", "/{tail:.*}", self.handle)
         self.runner = aiohttp_web.AppRunner(app)
         self.loop.run_until_complete(self.runner.setup())
@@ -84,6 +99,21 @@ class LocalServer:
             await websocket.prepare(request)
             async for message in websocket:
                 await websocket.send_str(f"echo: {message.data}")
+            self.websockets_ended += 1
+            return websocket
+        if request.path == "/flood":  # sends as fast as its socket takes it
+            websocket = aiohttp_web.WebSocketResponse()
+            await websocket.prepare(request)
+            chunk = b"f" * FLOOD_FRAME
+            for _ in range(int(request.query["frames"])):
+                await websocket.send_bytes(chunk)  # waits while the socket is full
+                self.flooded += len(chunk)
+            await websocket.receive()
+            return websocket
+        if request.path == "/sink":  # never reads what comes
+            websocket = aiohttp_web.WebSocketResponse()
+            await websocket.prepare(request)
+            await self.stopping.wait()
             return websocket
         body = await request.read()
         self.requests.append(
@@ -96,6 +126,7 @@ class LocalServer:
         )
 
     def stop(self):
+        self.loop.call_soon_threadsafe(self.stopping.set)
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
 
@@ -159,16 +190,38 @@ def web_with(process_env):
         each.stop()
 
 
-@pytest.fixture(scope="module")
-def proxy(process_env):
-    """The web app proxy, with tunnels' bodies bounded at MAX_BODY: (host, port)."""
+def start_proxy(process_env, **settings):
+    """The web app proxy, with tunnels' bodies bounded at MAX_BODY and the given
+    settings: its process, and (host, port)."""
     port = free_port()
     env = {**process_env, "QUOR_TUNNEL_MAX_BODY_BYTES": str(MAX_BODY)}
+    env.update({name: str(value) for name, value in settings.items()})
     argv = [sys.executable, "manage.py", "run_webapp_proxy", "--bind", f"127.0.0.1:{port}"]
-    process = _start(argv, env, "tunnel-proxy")
+    process = _start(argv, env, f"tunnel-proxy-{port}")
     wait_for_port("127.0.0.1", port)
-    yield "127.0.0.1", port
+    return process, ("127.0.0.1", port)
+
+
+@pytest.fixture(scope="module")
+def proxy(process_env):
+    """The web app proxy: (host, port)."""
+    process, address = start_proxy(process_env)
+    yield address
     _stop(process)
+
+
+@pytest.fixture
+def proxy_with(process_env):
+    """Starts a web app proxy of the test's own: (process, (host, port))."""
+    started = []
+
+    def start(**settings):
+        started.append(start_proxy(process_env, **settings))
+        return started[-1]
+
+    yield start
+    for process, _ in started:
+        _stop(process)
 
 
 @pytest.fixture(autouse=True)
@@ -189,7 +242,7 @@ class TunnelClient:
     def __init__(self, web, port, token, **env):
         self.process = subprocess.Popen(
             [str(QUOR_CLI), "tunnel", str(port), "--url", web.url],
-            env={**os.environ, "QUOR_TOKEN": token, **env},
+            env={**CLIENT_ENV, "QUOR_TOKEN": token, **env},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -444,7 +497,8 @@ def relay_to_the_client(port: int, streams: dict[bytes, list[bytes]]) -> dict[by
     closed = set()
 
     async def quor(websocket):
-        await websocket.send(json.dumps({"url": "http://tx.test/", "expires_at": "soon"}))
+        opened = {"url": "http://tx.test/", "expires_at": "soon", "window": 1024 * 1024}
+        await websocket.send(json.dumps(opened))
         for stream, frames in streams.items():
             await websocket.send(b"o" + stream)
             for data in frames:
@@ -463,7 +517,7 @@ def relay_to_the_client(port: int, streams: dict[bytes, list[bytes]]) -> dict[by
             relay = server.sockets[0].getsockname()[1]
             process = await asyncio.create_subprocess_exec(
                 str(QUOR_CLI), "tunnel", str(port), "--url", f"http://127.0.0.1:{relay}",
-                env={**os.environ, "QUOR_TOKEN": "t"},
+                env={**CLIENT_ENV, "QUOR_TOKEN": "t"},
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
             await asyncio.wait_for(process.wait(), 20)
@@ -825,3 +879,198 @@ def test_the_beat_deletes_the_rows_of_tunnels_closed_more_than_a_week_ago(owner,
     close_lost_tunnels()
 
     assert list(Tunnel.objects.values_list("pk", flat=True)) == [recently.pk]
+
+
+# --- flow control and the WebSocket bound -------------------------------------------------------
+
+
+def rss(pid: int) -> int:
+    """A process's resident memory, in bytes."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return (
+        int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1])
+        * 1024
+    )
+
+
+def settled(read, *, seconds: float, what: str, still: float = 1.0):
+    """Polls `read` until its value has not changed for `still` seconds; returns it."""
+    last, since = read(), time.monotonic()
+    deadline = since + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        value = read()
+        if value != last:
+            last, since = value, time.monotonic()
+        elif time.monotonic() - since >= still:
+            return value
+    raise AssertionError(f"not within {seconds} s: {what}")
+
+
+def viewer_websocket(proxy, host: str, cookie: str, path: str) -> socket.socket:
+    """A viewer's WebSocket on a plain socket with small buffers; only the 101's head is
+    read, so everything after it stays unread until the test reads it."""
+    viewer = socket.socket()
+    viewer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    viewer.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+    viewer.settimeout(20)
+    viewer.connect(proxy)
+    viewer.sendall(
+        f"GET {path} HTTP/1.1\r\nHost: {host}\r\nCookie: {cookie}\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+    )
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        head += viewer.recv(1)
+    assert head.startswith(b"HTTP/1.1 101 "), head
+    return viewer
+
+
+FLOOD_FRAMES = 1200  # 72 MB: more than every socket buffer on the way could hold
+
+
+def test_a_local_websocket_faster_than_its_viewer_waits_for_it_and_quor_holds_no_more_than_a_window(
+    web, proxy_with, owner, local_server, open_tunnel
+):
+    """The local server sends as fast as it can, the viewer reads nothing: the proxy
+    (and the client) keep at most a window of it, and the local server waits. Before
+    flow control the proxy buffered all of it for the viewer."""
+    process, proxy = proxy_with()
+    client = open_tunnel(web, local_server.port, token_of(owner))
+    cookie = cookie_for(proxy, owner, client)
+    before = {"proxy": rss(process.pid), "client": rss(client.process.pid)}
+    viewer = viewer_websocket(proxy, client.host, cookie, f"/flood?frames={FLOOD_FRAMES}")
+
+    flooded = settled(
+        lambda: local_server.flooded, seconds=60, what="the local server's sending stopped"
+    )
+
+    total = FLOOD_FRAME * FLOOD_FRAMES
+    grew = {"proxy": rss(process.pid) - before["proxy"]}
+    grew["client"] = rss(client.process.pid) - before["client"]
+    assert flooded < total / 2, flooded
+    assert grew["proxy"] < 16 * 1024**2 and grew["client"] < 16 * 1024**2, grew
+    # Read, the rest comes, whole and in order.
+    expected, got = total + 4 * FLOOD_FRAMES, 0
+    while got < expected:
+        data = viewer.recv(1024 * 1024)
+        assert data, f"closed after {got} of {expected} bytes"
+        got += len(data)
+    assert got == expected and local_server.flooded == total
+    viewer.close()
+
+
+def test_a_viewer_faster_than_the_local_server_reads_waits_and_quor_holds_no_more_than_a_window(
+    web, proxy_with, owner, local_server, open_tunnel
+):
+    """The other way: the viewer sends as fast as it can, the local server reads
+    nothing. Before flow control the client buffered all of it for the local server."""
+    process, proxy = proxy_with()
+    client = open_tunnel(web, local_server.port, token_of(owner))
+    cookie = cookie_for(proxy, owner, client)
+    before = {"proxy": rss(process.pid), "client": rss(client.process.pid)}
+    viewer = viewer_websocket(proxy, client.host, cookie, "/sink")
+    payload = b"s" * FLOOD_FRAME
+    # A binary frame, masked (as a client's are) with a key of zeros.
+    frame = b"\x82\xfe" + len(payload).to_bytes(2, "big") + b"\0\0\0\0" + payload
+    total = len(frame) * FLOOD_FRAMES
+
+    viewer.setblocking(False)
+    sent = 0
+    with selectors.DefaultSelector() as selector:
+        selector.register(viewer, selectors.EVENT_WRITE)
+        # Sends until the socket has taken no byte for 2 s (or all of it).
+        while sent < total and selector.select(2):
+            with contextlib.suppress(BlockingIOError):
+                sent += viewer.send(frame[sent % len(frame) :])
+
+    grew = {"proxy": rss(process.pid) - before["proxy"]}
+    grew["client"] = rss(client.process.pid) - before["client"]
+    assert sent < total / 2, sent
+    assert grew["proxy"] < 16 * 1024**2 and grew["client"] < 16 * 1024**2, grew
+    viewer.close()
+
+
+def test_a_body_of_several_windows_goes_through_and_its_connection_serves_the_next_request(
+    web, proxy_with, owner, local_server, open_tunnel
+):
+    """A guard of flow control, not a gap it closed: a request's body goes a window at a
+    time, and the viewer's kept-alive connection is not left paused after it."""
+    _, proxy = proxy_with(QUOR_TUNNEL_MAX_BODY_BYTES=4 * 1024**2)
+    client = open_tunnel(web, local_server.port, token_of(owner))
+    headers = {"Host": client.host, "Cookie": cookie_for(proxy, owner, client)}
+    connection = http.client.HTTPConnection(*proxy, timeout=40)
+
+    connection.request("POST", "/upload", body=b"b" * (3 * 1024**2), headers=headers)
+    first = connection.getresponse()
+    uploaded = json.loads(first.read())
+    connection.request("GET", "/after", headers=headers)
+    second = connection.getresponse()
+    second.read()
+    connection.close()
+
+    assert first.status == 200 and uploaded["body"] == 3 * 1024**2
+    assert second.status == 200
+
+
+def test_a_websocket_past_its_bound_is_closed_to_the_viewer_and_the_local_server(
+    web, proxy_with, owner, local_server, open_tunnel
+):
+    _, proxy = proxy_with(QUOR_TUNNEL_WEBSOCKET_MAX_BYTES=1024**2)
+    client = open_tunnel(web, local_server.port, token_of(owner))
+    message = "m" * (128 * 1024)
+
+    async def talk(websocket):
+        echoed = 0
+        for _ in range(32):  # 4 MiB each way, four times the bound
+            await websocket.send_str(message)
+            reply = await websocket.receive(timeout=20)
+            if reply.type != WSMsgType.TEXT:
+                return echoed, reply.type
+            echoed += len(reply.data)
+        return echoed, None
+
+    echoed, ended = echo_through(proxy, owner, client, talk)
+
+    assert ended in (WSMsgType.CLOSE, WSMsgType.CLOSED, WSMsgType.ERROR), echoed
+    assert echoed <= 1024**2
+    until(lambda: local_server.websockets_ended, seconds=20, what="the local WebSocket closed")
+    client.process.kill()
+    assert "tunnels.websocket_too_large" in client.process.communicate()[1]
+
+
+def test_a_client_that_sends_past_its_window_has_the_stream_cut_off(web, proxy_with, owner):
+    """A modified client ignores the window and answers with more than Quor
+    acknowledged: the stream is cut, the viewer sees an incomplete response, and the
+    client is told why."""
+    _, proxy = proxy_with(QUOR_TUNNEL_MAX_BODY_BYTES=8 * 1024**2)
+    token, size = token_of(owner), 3 * 1024**2
+    opened, closed = queue.Queue(), queue.Queue()
+
+    async def greedy_client():
+        async with websocket_connect(
+            f"ws://127.0.0.1:{web.port}/ws/tunnels/?port=8000&protocol=2",
+            additional_headers={"Authorization": f"Bearer {token}"},
+            origin=f"http://127.0.0.1:{web.port}",
+        ) as websocket:
+            opened.put(json.loads(await websocket.recv()))
+            async for frame in websocket:
+                kind, stream = frame[:1], frame[1:17]
+                if kind == b"o":  # answers at once, all of it, never waiting for credit
+                    await websocket.send(
+                        b"d%sHTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (stream, size)
+                    )
+                    for _ in range(size // 65536):
+                        await websocket.send(b"d" + stream + b"x" * 65536)
+                elif kind == b"c":
+                    return closed.put(frame[17:])
+
+    threading.Thread(target=asyncio.run, args=(greedy_client(),), daemon=True).start()
+    host = urlsplit(opened.get(timeout=30)["url"]).netloc
+    tunnel = SimpleNamespace(host=host, label=host.split(".")[0])
+    cookie = cookie_for(proxy, owner, tunnel)
+
+    with pytest.raises((http.client.IncompleteRead, http.client.RemoteDisconnected)):
+        fetch(proxy, host, "/", headers={"Cookie": cookie})
+    assert closed.get(timeout=20) == b"window_exceeded"

@@ -7,9 +7,15 @@ relayed stream is one request (or one WebSocket), parsed and checked whole by th
 (RequestReader) whatever the relay sends: anything but an origin-form target (`/path`) is
 answered 400 without connecting, and nothing after the request's end reaches the port.
 
-Frames from Quor (binary): one byte for the kind (`o` open, `d` data, `c` close), the
-stream's 16 characters, then the data; text frames say what Quor refused or why the
-tunnel ended."""
+Frames both ways (binary): one byte for the kind (`o` open, `d` data, `a` acknowledged,
+`c` close), the stream's 16 characters, then the data (for `a` a count of bytes in ASCII
+digits, for `c` Quor's reason or nothing); text frames say what Quor refused or why the
+tunnel ended.
+
+Flow control, by credit: the client never has more than the window Quor names (`window`)
+of a stream's bytes sent and not acknowledged (`a`), and does not read the local
+connection meanwhile; it acknowledges what Quor sent once the local server's socket took
+it, a quarter of the window at a time. Quor cuts off a stream that passes its window."""
 
 import argparse
 import asyncio
@@ -33,6 +39,8 @@ MAX_CHUNK_LINE = 1024
 # answers it.
 MAX_EARLY_BYTES = 64 * 1024
 READ_BYTES = 64 * 1024
+# What Quor's flow control expects of this client (`protocol` in the tunnel's address).
+PROTOCOL = 2
 UPGRADE_ACCEPTED = b"HTTP/1.1 101 "
 TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 # Headers about the connection or the body's framing: the client writes its own.
@@ -230,6 +238,13 @@ class LocalStream:
         self.writer = None
         self.pump = None
         self.refused = False
+        # Sent to Quor and not acknowledged; set whenever there is room in the window.
+        self.in_flight = 0
+        self.room = asyncio.Event()
+        self.room.set()
+        # Written to the local server and not acknowledged yet; the task acknowledging.
+        self.to_acknowledge = 0
+        self.acknowledging = None
 
     async def data(self, payload: bytes) -> None:
         if self.refused:
@@ -250,6 +265,28 @@ class LocalStream:
             self.pump = asyncio.create_task(self.relay(reader))
         if out:
             self.writer.write(out)
+        self.to_acknowledge += len(payload)
+        if self.to_acknowledge >= self.tunnel.window // 4 and self.acknowledging is None:
+            self.acknowledging = asyncio.create_task(self.acknowledge())
+
+    async def acknowledge(self) -> None:
+        """Once the local server's socket took what was written (or nothing needed
+        writing), Quor may send that much more."""
+        try:
+            while self.to_acknowledge >= self.tunnel.window // 4:
+                if self.writer is not None:
+                    await self.writer.drain()
+                count, self.to_acknowledge = self.to_acknowledge, 0
+                await self.tunnel.send(b"a", self.id, b"%d" % count)
+        except OSError:
+            pass  # the local connection is gone: the stream ends
+        finally:
+            self.acknowledging = None
+
+    def acknowledged(self, count: int) -> None:
+        self.in_flight = max(0, self.in_flight - count)
+        if self.in_flight < self.tunnel.window:
+            self.room.set()
 
     async def answer(self, response: bytes) -> None:
         """Answered without the local server, which never sees the request."""
@@ -261,7 +298,14 @@ class LocalStream:
     async def relay(self, reader: asyncio.StreamReader) -> None:
         status_line = b""  # of a WebSocket upgrade's answer, until it says 101 or not
         try:
-            while data := await reader.read(READ_BYTES):
+            while True:
+                await self.room.wait()  # the local connection is not read meanwhile
+                data = await reader.read(min(READ_BYTES, self.tunnel.window - self.in_flight))
+                if not data:
+                    break
+                self.in_flight += len(data)
+                if self.in_flight >= self.tunnel.window:
+                    self.room.clear()
                 if self.request.websocket and len(status_line) < len(UPGRADE_ACCEPTED):
                     status_line += data[: len(UPGRADE_ACCEPTED)]
                     if len(status_line) >= len(UPGRADE_ACCEPTED):
@@ -279,6 +323,8 @@ class LocalStream:
     def close(self) -> None:
         if self.pump is not None:
             self.pump.cancel()
+        if self.acknowledging is not None:
+            self.acknowledging.cancel()
         if self.writer is not None:
             self.writer.close()
 
@@ -291,6 +337,7 @@ class Tunnel:
         self.operator_token = operator_token
         self.streams: dict[bytes, LocalStream] = {}
         self.websocket = None
+        self.window = 0  # as Quor says when the tunnel opens
 
     async def send(self, kind: bytes, stream_id: bytes, data: bytes = b"") -> None:
         with contextlib.suppress(ConnectionClosed):
@@ -302,7 +349,7 @@ class Tunnel:
         headers = {"Authorization": f"Bearer {self.token}"}
         if self.operator_token:
             headers["X-Quor-Operator-Token"] = self.operator_token
-        address = f"{scheme}://{base.netloc}/ws/tunnels/?port={self.port}"
+        address = f"{scheme}://{base.netloc}/ws/tunnels/?port={self.port}&protocol={PROTOCOL}"
         try:
             async with connect(
                 address,
@@ -328,6 +375,7 @@ class Tunnel:
             return fail(f"{opened['message']} ({opened['error']})")
         print(f"Forwarding {opened['url']} -> http://{LOOPBACK}:{self.port}", flush=True)
         ends = opened["expires_at"]
+        self.window = opened["window"]
         print(f"It is private to you until you share it; it ends at {ends}.", flush=True)
         async for frame in websocket:
             if isinstance(frame, str):
@@ -339,8 +387,14 @@ class Tunnel:
                 self.streams[stream_id] = LocalStream(self, stream_id)
             elif kind == b"d" and stream_id in self.streams:
                 await self.streams[stream_id].data(frame[1 + STREAM_ID_CHARS :])
+            elif kind == b"a" and stream_id in self.streams:
+                count = frame[1 + STREAM_ID_CHARS :]
+                if count.isdigit():
+                    self.streams[stream_id].acknowledged(int(count))
             elif kind == b"c" and stream_id in self.streams:
                 self.streams.pop(stream_id).close()
+                if reason := frame[1 + STREAM_ID_CHARS :].decode("ascii", "replace"):
+                    print(f"quor tunnel: Quor closed a stream (tunnels.{reason})", file=sys.stderr)
         return fail("the connection to Quor was lost.")
 
 
