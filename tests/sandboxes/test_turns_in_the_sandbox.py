@@ -203,7 +203,9 @@ def test_starting_an_agent_stops_the_sessions_left_over_one_and_records_its_exit
     other_session = f"{' '.join(image.agent_argv(other_id, directory, 1))} "
     for name in (left_over, other_session):  # processes whose command lines say so
         run(["setsid", "-f", "bash", "-c", 'exec -a "$0" sleep 60', name])
-    assert run(["pgrep", "-f", image.agent_pattern(session_id)]).exit_code == 0
+    # setsid -f returns before its child has exec'd under the new name: wait for both.
+    for pattern in (image.agent_pattern(session_id), image.agent_pattern(other_id)):
+        wait_until(lambda p=pattern: run(["pgrep", "-f", p]).exit_code == 0, 10, f"{pattern} runs")
 
     started = backend.exec(
         sandbox_id,
